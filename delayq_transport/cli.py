@@ -1,0 +1,130 @@
+"""The ``delayq`` command: schema, status, and the demo.
+
+The database URL comes from ``--database-url`` or ``DELAYQ_DATABASE_URL``; sibling packages add
+their own sub-commands (``delayq beat ...``, ``delayq spark-report``) through :func:`register`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from datetime import UTC, datetime
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .db import Database, mask_password
+from .errors import DelayqError
+from .queries import validate_table_name
+from .queue import DelayedQueue
+from .schema import MIGRATIONS, migrate
+from .timeutil import from_ms
+
+console = Console()
+
+#: Modules that add sub-commands when importable (each calls ``register``).
+PLUGIN_MODULES = ("delayq_beat.cli", "delayq_transport.demo", "delayq_transport.spark_cli")
+
+
+class Context:
+    def __init__(self, database_url: str | None, table: str) -> None:
+        self.database_url = database_url
+        self.table = table
+
+    def require_url(self) -> str:
+        if not self.database_url:
+            raise click.UsageError("no database: pass --database-url or set DELAYQ_DATABASE_URL")
+        return self.database_url
+
+    def queue(self) -> DelayedQueue:
+        return DelayedQueue(self.require_url(), table=self.table)
+
+
+class DelayqGroup(click.Group):
+    """Turns delayq errors into one clear line and exit code 1 instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except DelayqError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            sys.exit(1)
+
+
+@click.group(cls=DelayqGroup)
+@click.option("--database-url", "-d", envvar="DELAYQ_DATABASE_URL", default=None,
+              help="postgresql://user@host:port/db (env: DELAYQ_DATABASE_URL)")
+@click.option("--table", default="delayed_queue", show_default=True, envvar="DELAYQ_TABLE",
+              help="Queue table name (env: DELAYQ_TABLE)")
+@click.pass_context
+def main(ctx: click.Context, database_url: str | None, table: str) -> None:
+    """delayq: a PostgreSQL-backed delayed queue for Celery."""
+    try:
+        validate_table_name(table)
+    except DelayqError as exc:
+        raise click.BadParameter(str(exc), param_hint="--table") from exc
+    ctx.obj = Context(database_url, table)
+
+
+@main.command("migrate")
+@click.pass_obj
+def migrate_cmd(obj: Context) -> None:
+    """Create or upgrade the schema (idempotent, safe to run concurrently)."""
+    with Database(obj.require_url()) as db:
+        applied = migrate(db, obj.table)
+    latest = max(m.version for m in MIGRATIONS)
+    where = mask_password(obj.require_url())
+    if applied:
+        console.print(f"applied migrations {applied} to {obj.table} on {where}")
+    else:
+        console.print(f"{obj.table} on {where} is up to date (version {latest})")
+
+
+def _ms_ago(ms: int | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.1f}s"
+
+
+def _when(ms: int | None) -> str:
+    return "-" if ms is None else from_ms(ms).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@main.command("status")
+@click.pass_obj
+def status_cmd(obj: Context) -> None:
+    """Per queue/kind: due now, scheduled later, in flight, redelivered, lag, next due."""
+    with obj.queue() as queue:
+        rows = queue.status()
+    table = Table(title=f"{obj.table} at {datetime.now(UTC):%H:%M:%S} UTC")
+    for col in ("kind", "due", "scheduled", "in flight", "redelivered", "oldest due lag",
+                "next due"):
+        table.add_column(col, justify="left" if col in ("kind", "next due") else "right")
+    for r in rows:
+        table.add_row(r.kind, str(r.due), str(r.scheduled), str(r.in_flight), str(r.redelivered),
+                      _ms_ago(r.oldest_due_lag_ms), _when(r.next_due_at_ms))
+    if not rows:
+        table.add_row("(empty)", "0", "0", "0", "0", "-", "-")
+    console.print(table)
+    for hook in STATUS_HOOKS:
+        hook(obj)
+
+
+#: Extra sections for ``delayq status`` (beat adds its next occurrences per entry).
+STATUS_HOOKS: list = []
+
+
+def register(command: click.Command) -> None:
+    if command.name not in main.commands:
+        main.add_command(command)
+
+
+def _load_plugins() -> None:
+    for name in PLUGIN_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            if exc.name is None or not name.startswith(exc.name):
+                raise
+
+
+_load_plugins()

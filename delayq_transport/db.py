@@ -1,0 +1,200 @@
+"""The whole database boundary: a psycopg 3 pool, bounded retries and error translation.
+
+Queue logic above this module never sees a psycopg exception: transient failures
+(serialization failures, deadlocks, lost connections) are retried with bounded exponential
+backoff, everything else becomes a :mod:`delayq_transport.errors` exception naming the problem.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .errors import DatabaseError, DatabaseUnavailable, InvalidInput, SchemaMissing
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_SCHEME_RE = re.compile(r"^(?:delayq\+)?(?:postgres|postgresql)(?:\+psycopg2?)?://")
+
+#: Errors after which running the same statement again can succeed.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    pg_errors.SerializationFailure,
+    pg_errors.DeadlockDetected,
+    pg_errors.LockNotAvailable,
+    pg_errors.AdminShutdown,
+    pg_errors.CannotConnectNow,
+    psycopg.OperationalError,
+    PoolTimeout,
+)
+
+
+def normalize_url(url: str) -> str:
+    """Accept the URL spellings users paste (kombu's, SQLAlchemy's) and return a libpq URL."""
+    if not isinstance(url, str) or not _SCHEME_RE.match(url):
+        raise InvalidInput(
+            f"invalid database URL {mask_password(str(url))!r}: expected "
+            "postgresql://user@host:port/dbname (or delayq+postgresql://...)"
+        )
+    return _SCHEME_RE.sub("postgresql://", url, count=1)
+
+
+def mask_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff with jitter for transient failures."""
+
+    attempts: int = 6
+    initial_delay_s: float = 0.05
+    max_delay_s: float = 2.0
+
+    def delays(self) -> Iterator[float]:
+        delay = self.initial_delay_s
+        for _ in range(self.attempts - 1):
+            yield delay * (0.5 + random.random() / 2)
+            delay = min(delay * 2, self.max_delay_s)
+
+
+def translate(exc: BaseException, url: str) -> Exception:
+    """Map a driver error to a delayq error whose message says what to do."""
+    where = mask_password(url)
+    if isinstance(exc, pg_errors.UndefinedTable):
+        return SchemaMissing(f"{exc.diag.message_primary} (run `delayq migrate` against {where})")
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
+        return DatabaseError(f"permission denied on {where}: {exc.diag.message_primary}")
+    if isinstance(exc, pg_errors.StringDataRightTruncation | pg_errors.ProgramLimitExceeded):
+        return InvalidInput(f"value too large for the queue table: {exc.diag.message_primary}")
+    if isinstance(exc, psycopg.OperationalError | PoolTimeout):
+        return DatabaseUnavailable(f"database {where} unreachable: {str(exc).strip()}")
+    return DatabaseError(f"database error on {where}: {str(exc).strip()}")
+
+
+class Database:
+    """A connection pool plus the retry loop every operation runs through."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        connect_timeout_s: float = 10.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.url = normalize_url(url)
+        self.retry = retry or RetryPolicy()
+        self.connect_timeout_s = connect_timeout_s
+        self._probe()
+        self.pool = ConnectionPool(
+            self.url,
+            min_size=min_size,
+            max_size=max(max_size, min_size),
+            kwargs={"autocommit": True, "connect_timeout": int(max(connect_timeout_s, 1))},
+            timeout=connect_timeout_s,
+            open=False,
+            name="delayq",
+        )
+        self.pool.open(wait=False)
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def _probe(self) -> None:
+        """Connect once up front so a bad URL or a down server fails fast with libpq's reason."""
+        try:
+            psycopg.connect(self.url, connect_timeout=int(max(self.connect_timeout_s, 1))).close()
+        except psycopg.Error as exc:
+            raise translate(exc, self.url) from exc
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
+        """A dedicated connection outside the pool (LISTEN needs one that stays put)."""
+        try:
+            return psycopg.connect(
+                self.url, autocommit=True, connect_timeout=int(self.connect_timeout_s), **kwargs
+            )
+        except psycopg.Error as exc:
+            raise translate(exc, self.url) from exc
+
+    def run(self, work: Callable[[psycopg.Connection[Any]], T], *, idempotent: bool = True) -> T:
+        """Run ``work`` on a pooled connection, retrying transient failures.
+
+        ``work`` owns its transaction (connections are autocommit; use ``conn.transaction()``).
+        """
+        delays = self.retry.delays()
+        while True:
+            try:
+                with self.pool.connection() as conn:
+                    return work(conn)
+            except TRANSIENT_ERRORS as exc:
+                delay = next(delays, None)
+                if delay is None or not idempotent:
+                    raise translate(exc, self.url) from exc
+                log.warning("delayq: transient database error, retrying in %.2fs: %s", delay, exc)
+                time.sleep(delay)
+            except psycopg.Error as exc:
+                raise translate(exc, self.url) from exc
+
+    def execute(self, query: str, params: dict[str, Any] | None = None) -> int:
+        """Run one statement; return its row count."""
+
+        def work(conn: psycopg.Connection[Any]) -> int:
+            return conn.execute(query, params).rowcount
+
+        return self.run(work)
+
+    def fetchall(self, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            return conn.execute(query, params).fetchall()
+
+        return self.run(work)
+
+    def fetchone(self, query: str, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+        def work(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+            return conn.execute(query, params).fetchone()
+
+        return self.run(work)
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection inside one transaction, without the retry loop (caller retries)."""
+        with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.pool.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def as_arrays(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
+    """Transpose rows into one list per column, for ``unnest(%s::type[], ...)`` statements."""
+    columns: list[list[Any]] = [[] for _ in range(width)]
+    for row in rows:
+        for i, value in enumerate(row):
+            columns[i].append(value)
+    return columns

@@ -1,0 +1,27 @@
+"""delayq's own exceptions.
+
+Driver errors are translated at the database boundary (:mod:`delayq_transport.db`), so callers
+(the kombu transport, beat, Spark) never need to import psycopg to handle a failure.
+"""
+
+from __future__ import annotations
+
+
+class DelayqError(Exception):
+    """Base class of every error delayq raises on purpose."""
+
+
+class InvalidInput(DelayqError, ValueError):
+    """A value was rejected before anything was sent to the database."""
+
+
+class DatabaseUnavailable(DelayqError, ConnectionError):
+    """The database could not be reached, or stayed unreachable through every retry."""
+
+
+class DatabaseError(DelayqError):
+    """The database refused an operation for a reason retrying will not fix."""
+
+
+class SchemaMissing(DatabaseError):
+    """The queue table does not exist and schema creation was turned off."""

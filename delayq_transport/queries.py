@@ -1,0 +1,74 @@
+"""Load the named statements of ``queries.sql`` and bind them to one table.
+
+The file is read once; :class:`Queries` formats every statement for a validated table name so
+the hot path only looks statements up in a dict.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib.resources import files
+
+from psycopg import sql
+
+from .errors import InvalidInput
+
+TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
+MIGRATIONS_TABLE = "delayq_migrations"
+_BLOCK_RE = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
+
+#: Expands ``{now}``: the injected clock if the queue has one, else the database clock.
+NOW_SQL = "COALESCE(%(now)s::bigint, (extract(epoch FROM now()) * 1000)::bigint)"
+
+
+@cache
+def raw_queries() -> dict[str, str]:
+    """Named blocks of queries.sql: name -> SQL text with its leading comment lines removed."""
+    text = files("delayq_transport").joinpath("queries.sql").read_text()
+    parts = _BLOCK_RE.split(text)
+    blocks: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [ln for ln in body.strip().splitlines() if not ln.startswith("-- ")]
+        blocks[name] = "\n".join(lines).strip()
+    return blocks
+
+
+def validate_table_name(name: str) -> str:
+    """Table names become identifiers (and index/trigger names), so only a safe subset passes."""
+    if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
+        raise InvalidInput(
+            f"invalid table name {name!r}: use 1-31 letters, digits or underscores, "
+            "not starting with a digit"
+        )
+    return name
+
+
+def notify_channel(table: str) -> str:
+    return f"delayq_{table}"
+
+
+class Queries:
+    """Every statement of queries.sql, formatted for one table."""
+
+    def __init__(self, table: str) -> None:
+        self.table = validate_table_name(table)
+        channel = notify_channel(table)
+        idents = {
+            "table": sql.Identifier(table),
+            "migrations": sql.Identifier(MIGRATIONS_TABLE),
+            "notify_fn": sql.Identifier(f"{table}__notify"),
+            "insert_trigger": sql.Identifier(f"{table}__notify_insert"),
+            "update_trigger": sql.Identifier(f"{table}__notify_update"),
+            "channel": sql.Identifier(channel),
+            "channel_literal": sql.Literal(channel),
+            "now": sql.SQL(NOW_SQL),
+        }
+        # Rendered to plain strings once: psycopg keys its prepared statements on the text.
+        self._text = {
+            name: sql.SQL(text).format(**idents).as_string(None)
+            for name, text in raw_queries().items()
+        }
+
+    def __getitem__(self, name: str) -> str:
+        return self._text[name]

@@ -1,0 +1,222 @@
+-- Every statement delayq sends to PostgreSQL, one named block per operation of
+-- shared/design/internals.md. Blocks start with `-- name --`, then a one-line comment.
+-- `{table}`, `{idx_*}`, `{notify_fn}` and friends are identifiers, validated and quoted by
+-- delayq_transport.queries; `{now}` expands to the one clock expression below. Values are
+-- always bound parameters (`%(name)s`).
+--
+-- {now}: `COALESCE(%(now)s::bigint, <database clock in epoch ms>)`. A queue built with an
+-- injected clock passes `now`; every other queue passes NULL, so one queue never mixes clocks.
+
+-- db_now --
+-- The clock every queue uses unless a test injects its own.
+SELECT {now} AS now
+
+-- offer_insert --
+-- Phase 1 of offer(): optimistic insert; 0 rows means the key exists.
+INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt")
+VALUES (%(key)s, %(kind)s, %(payload)s,
+        COALESCE(%(scheduled_at)s::bigint, {now}), COALESCE(%(scheduled_at)s::bigint, {now}), {now})
+ON CONFLICT ("pKey", "pKind") DO NOTHING
+
+-- offer_select_for_update --
+-- Phase 2 of offer(): lock the existing row so the compare-and-swap below cannot lose an update.
+SELECT "id", "pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "lockUuid", "createdAt"
+FROM {table}
+WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
+LIMIT 1
+FOR UPDATE
+
+-- offer_cas_update --
+-- Phase 2 of offer(): replace the row only if nobody changed it since we read it.
+-- Clearing lockUuid turns a pending ack of the replaced delivery into a no-op.
+UPDATE {table}
+SET "payload" = %(payload)s,
+    "scheduledAt" = COALESCE(%(scheduled_at)s::bigint, {now}),
+    "scheduledAtInitially" = COALESCE(%(scheduled_at)s::bigint, {now}),
+    "lockUuid" = NULL,
+    "createdAt" = {now}
+WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
+  AND "scheduledAtInitially" = %(expected_initially)s AND "createdAt" = %(expected_created)s
+
+-- offer_batch_insert --
+-- offer_batch(): one multi-row insert from arrays; RETURNING names the keys that were created,
+-- every other key already existed (or repeats within the batch). Rows closer to now than
+-- `min_lead_ms` are not inserted (CronService: a late installer must not revive a fired tick).
+INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt")
+SELECT s.key, s.kind, s.payload, COALESCE(s.at, {now}), COALESCE(s.at, {now}), {now}
+FROM unnest(%(keys)s::text[], %(kinds)s::text[], %(payloads)s::bytea[], %(ats)s::bigint[])
+     AS s(key, kind, payload, at)
+WHERE %(min_lead_ms)s::bigint IS NULL OR COALESCE(s.at, {now}) > {now} + %(min_lead_ms)s::bigint
+ON CONFLICT ("pKey", "pKind") DO NOTHING
+RETURNING "pKey", "pKind"
+
+-- try_poll_many --
+-- Acquire up to `limit` due rows in one statement. Kinds are tried in the order given
+-- (priority buckets); the outer LIMIT stops the lateral scan as soon as enough rows are locked.
+-- The lease is the new scheduledAt; previous_at tells a redelivery from a first delivery.
+WITH picked AS (
+    SELECT q.id, q."scheduledAt" AS previous_at, k.ord
+    FROM unnest(%(kinds)s::text[]) WITH ORDINALITY AS k(kind, ord)
+    CROSS JOIN LATERAL (
+        SELECT "id", "scheduledAt"
+        FROM {table}
+        WHERE "pKind" = k.kind AND "scheduledAt" <= {now}
+        ORDER BY "scheduledAt"
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS q
+    LIMIT %(limit)s
+)
+UPDATE {table} AS t
+SET "lockUuid" = %(lock)s, "scheduledAt" = {now} + %(lease_ms)s::bigint
+FROM picked
+WHERE t."id" = picked.id
+RETURNING t."id", t."pKey", t."pKind", t."payload", picked.previous_at, t."scheduledAtInitially",
+          t."createdAt", picked.ord
+
+-- ack --
+-- Delete one delivery; a row re-acquired or replaced since then carries another lock and stays.
+DELETE FROM {table} WHERE "id" = %(id)s AND "lockUuid" = %(lock)s
+
+-- ack_many --
+-- Delete many deliveries in one statement, each matched on its own (id, lock) pair.
+DELETE FROM {table} AS t
+USING unnest(%(ids)s::bigint[], %(locks)s::text[]) AS a(id, lock)
+WHERE t."id" = a.id AND t."lockUuid" = a.lock
+
+-- ack_lock --
+-- Delete every row acquired under one lock (internals.md's acknowledge of a whole poll).
+DELETE FROM {table} WHERE "lockUuid" = %(lock)s
+
+-- extend_lease --
+-- Push the lease of rows a live consumer still holds, so they are not redelivered.
+UPDATE {table} SET "scheduledAt" = {now} + %(lease_ms)s::bigint
+WHERE "lockUuid" = ANY(%(locks)s::text[])
+
+-- release --
+-- Un-acquire deliveries in place (reject/requeue, closing channel): no copy is made. The row
+-- becomes due after `delay_ms` and reads as a redelivery.
+UPDATE {table} AS t
+SET "lockUuid" = NULL,
+    "scheduledAt" = GREATEST({now} + %(delay_ms)s::bigint, t."scheduledAtInitially" + 1)
+FROM unnest(%(ids)s::bigint[], %(locks)s::text[]) AS a(id, lock)
+WHERE t."id" = a.id AND t."lockUuid" = a.lock
+
+-- get --
+-- Read one row by key.
+SELECT "id", "pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "lockUuid", "createdAt"
+FROM {table}
+WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
+
+-- delete --
+-- Delete one row by key, whatever its state.
+DELETE FROM {table} WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
+
+-- delete_waiting_by_keys --
+-- Delete rows with these keys in any kind that no consumer holds (revoking scheduled tasks).
+DELETE FROM {table} WHERE "pKey" = ANY(%(keys)s::text[]) AND "lockUuid" IS NULL
+RETURNING "pKey", "pKind"
+
+-- purge --
+-- Drop every waiting row (due or scheduled) of these kinds; rows in flight stay.
+DELETE FROM {table} WHERE "pKind" = ANY(%(kinds)s::text[]) AND "lockUuid" IS NULL
+
+-- count_waiting --
+-- Rows of these kinds that are not in flight: kombu's queue size.
+SELECT count(*) AS n FROM {table} WHERE "pKind" = ANY(%(kinds)s::text[]) AND "lockUuid" IS NULL
+
+-- next_due --
+-- Earliest scheduledAt over these kinds, leases included (an expiring lease is a redelivery).
+SELECT min(x.at) AS at
+FROM unnest(%(kinds)s::text[]) AS k(kind)
+CROSS JOIN LATERAL (
+    SELECT "scheduledAt" AS at FROM {table} WHERE "pKind" = k.kind ORDER BY "scheduledAt" LIMIT 1
+) AS x
+
+-- status --
+-- Per-kind counters for `delayq status`. A row whose lease ran out counts as due and redelivered.
+SELECT "pKind" AS kind,
+       count(*) FILTER (WHERE "scheduledAt" <= n.now) AS due,
+       count(*) FILTER (WHERE "lockUuid" IS NULL AND "scheduledAt" > n.now) AS scheduled,
+       count(*) FILTER (WHERE "lockUuid" IS NOT NULL AND "scheduledAt" > n.now) AS in_flight,
+       count(*) FILTER (WHERE "scheduledAt" > "scheduledAtInitially"
+                              AND ("lockUuid" IS NULL OR "scheduledAt" <= n.now)) AS redelivered,
+       n.now - min("scheduledAt") FILTER (WHERE "scheduledAt" <= n.now) AS oldest_due_lag_ms,
+       min("scheduledAt") FILTER (WHERE "lockUuid" IS NULL AND "scheduledAt" > n.now) AS next_due_at
+FROM {table}, (SELECT {now} AS now) AS n
+GROUP BY "pKind", n.now
+ORDER BY "pKind"
+
+-- cron_delete_other_configs --
+-- installTick step 1: drop rows of this prefix that belong to any other config hash.
+-- Patterns are LIKE-escaped and end in '/', so prefix `a` never matches `ab/...`.
+DELETE FROM {table}
+WHERE "pKind" = %(kind)s
+  AND "pKey" LIKE %(prefix_pattern)s ESCAPE '\'
+  AND "pKey" NOT LIKE %(config_pattern)s ESCAPE '\'
+
+-- cron_uninstall --
+-- uninstallTick: drop the rows of exactly this prefix and config hash.
+DELETE FROM {table}
+WHERE "pKind" = %(kind)s AND "pKey" LIKE %(config_pattern)s ESCAPE '\'
+
+-- cron_list --
+-- Installed occurrences of a prefix (all config hashes), soonest first.
+SELECT "id", "pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "lockUuid", "createdAt"
+FROM {table}
+WHERE "pKind" = %(kind)s AND "pKey" LIKE %(prefix_pattern)s ESCAPE '\'
+ORDER BY "scheduledAt"
+LIMIT %(limit)s
+
+-- migrations_ensure --
+-- The ledger of applied schema versions, one row per (table, version).
+CREATE TABLE IF NOT EXISTS {migrations} (
+    "tableName" TEXT NOT NULL,
+    "version" INTEGER NOT NULL,
+    "appliedAt" TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY ("tableName", "version")
+)
+
+-- migrations_lock --
+-- Serialise concurrent migrators (several workers starting at once) on one advisory lock.
+SELECT pg_advisory_xact_lock(%(lock_key)s)
+
+-- migrations_applied --
+-- Versions already applied to this table.
+SELECT "version" FROM {migrations} WHERE "tableName" = %(table_name)s
+
+-- migrations_record --
+-- Remember that a version was applied.
+INSERT INTO {migrations} ("tableName", "version") VALUES (%(table_name)s, %(version)s)
+ON CONFLICT DO NOTHING
+
+-- notify_function --
+-- Wake consumers: one notification per kind with the earliest new scheduledAt ("kind:ms").
+-- Statement-level on INSERT (one call per batch), row-level on UPDATE only for rows that
+-- became available again (released or replaced), so acquiring and lease extension stay silent.
+CREATE OR REPLACE FUNCTION {notify_fn}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_LEVEL = 'STATEMENT' THEN
+        PERFORM pg_notify(TG_ARGV[0], r.kind || ':' || r.at)
+        FROM (SELECT "pKind" AS kind, min("scheduledAt") AS at FROM new_rows GROUP BY "pKind") AS r;
+    ELSE
+        PERFORM pg_notify(TG_ARGV[0], NEW."pKind" || ':' || NEW."scheduledAt");
+    END IF;
+    RETURN NULL;
+END
+$fn$
+
+-- notify_triggers --
+-- Attach the wake-up function to the table (idempotent).
+DROP TRIGGER IF EXISTS {insert_trigger} ON {table};
+CREATE TRIGGER {insert_trigger} AFTER INSERT ON {table}
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {notify_fn}({channel_literal});
+DROP TRIGGER IF EXISTS {update_trigger} ON {table};
+CREATE TRIGGER {update_trigger} AFTER UPDATE ON {table}
+    FOR EACH ROW WHEN (NEW."lockUuid" IS NULL)
+    EXECUTE FUNCTION {notify_fn}({channel_literal})
+
+-- listen --
+-- Subscribe a connection to this table's wake-ups.
+LISTEN {channel}

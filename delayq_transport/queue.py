@@ -1,0 +1,356 @@
+"""DelayedQueue: messages kept in PostgreSQL until their ``scheduledAt``.
+
+Semantics follow ``shared/design/internals.md`` with the corrections of ``notes.md``:
+acquiring is one statement (``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)``),
+"now" is one clock (the database's unless a test injects one), and rows are only ever moved
+(lease, release), never copied.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from .db import Database, as_arrays
+from .errors import DatabaseError, InvalidInput
+from .queries import Queries
+from .schema import migrate
+from .timeutil import duration_ms, from_ms, to_ms
+from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
+
+MAX_KEY_CHARS = 200
+MAX_KIND_CHARS = 100
+DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
+#: Rows per multi-row insert; bounded so one statement never carries an unbounded payload.
+OFFER_BATCH_CHUNK = 1000
+#: A CAS loop that keeps losing is a bug or a pathological hot key, not something to spin on.
+MAX_CAS_ATTEMPTS = 100
+
+Clock = Callable[[], datetime]
+
+
+def validate_key(key: object, *, what: str = "key", limit: int = MAX_KEY_CHARS) -> str:
+    if not isinstance(key, str) or not key:
+        raise InvalidInput(f"{what} must be a non-empty str, got {key!r}")
+    if len(key) > limit:
+        raise InvalidInput(f"{what} is {len(key)} characters, the limit is {limit}: {key[:40]!r}...")
+    if "\x00" in key:
+        raise InvalidInput(f"{what} must not contain NUL characters: {key!r}")
+    return key
+
+
+def validate_kind(kind: object) -> str:
+    return validate_key(kind, what="kind", limit=MAX_KIND_CHARS)
+
+
+def validate_payload(payload: object) -> bytes:
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, bytearray | memoryview):
+        return bytes(payload)
+    raise InvalidInput(f"payload must be bytes, got {type(payload).__name__}")
+
+
+class DelayedQueue:
+    """One partition (``kind``) of a ``delayed_queue`` table; thread-safe.
+
+    Instances for other kinds of the same table share the pool via :meth:`with_kind`.
+    """
+
+    def __init__(
+        self,
+        database: Database | str,
+        *,
+        kind: str = "default",
+        table: str = "delayed_queue",
+        acquire_timeout: timedelta | float = DEFAULT_ACQUIRE_TIMEOUT_S,
+        clock: Clock | None = None,
+        ensure_schema: bool = True,
+        pool_max_size: int = 8,
+    ) -> None:
+        self.kind = validate_kind(kind)
+        self.queries = Queries(table)
+        self.table = table
+        self.lease_ms = duration_ms(acquire_timeout, what="acquire_timeout")
+        if self.lease_ms <= 0:
+            raise InvalidInput("acquire_timeout must be positive")
+        self.clock = clock
+        self._owns_db = isinstance(database, str)
+        self.db = Database(database, max_size=pool_max_size) if isinstance(database, str) else database
+        if ensure_schema:
+            try:
+                migrate(self.db, table)
+            except BaseException:
+                self.close()
+                raise
+
+    # -- construction -----------------------------------------------------------------
+
+    def with_kind(self, kind: str) -> DelayedQueue:
+        """The same table and pool, another partition."""
+        clone = object.__new__(DelayedQueue)
+        clone.__dict__.update(self.__dict__)
+        clone.kind = validate_kind(kind)
+        clone._owns_db = False
+        return clone
+
+    def close(self) -> None:
+        if self._owns_db:
+            self.db.close()
+
+    def __enter__(self) -> DelayedQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- clock ------------------------------------------------------------------------
+
+    def _now_ms(self) -> int | None:
+        """The injected clock's time, or None to let SQL use the database clock."""
+        return None if self.clock is None else to_ms(self.clock(), what="clock()")
+
+    def now(self) -> datetime:
+        """The queue's notion of now (database clock unless injected)."""
+        if self.clock is not None:
+            return self.clock()
+        row = self.db.fetchone(self.queries["db_now"], {"now": None})
+        assert row is not None
+        return from_ms(row[0])
+
+    def _kinds(self, kinds: Sequence[str] | None) -> list[str]:
+        return [self.kind] if kinds is None else [validate_kind(k) for k in kinds]
+
+    # -- offer ------------------------------------------------------------------------
+
+    def offer(
+        self,
+        key: str,
+        payload: bytes,
+        scheduled_at: datetime | None = None,
+        can_update: bool = True,
+        *,
+        min_lead: timedelta | None = None,
+    ) -> OfferOutcome:
+        """Insert, or (``can_update``) replace the row with this key by compare-and-swap.
+
+        ``min_lead`` refuses to (re)create rows due sooner than now + min_lead: a late cron
+        installer must not revive a tick that already fired and was acked.
+        """
+        params = self._offer_params(key, payload, scheduled_at)
+        lead_ms = None if min_lead is None else duration_ms(min_lead, what="min_lead")
+        return self.db.run(lambda conn: self._offer_on(conn, params, can_update, lead_ms))
+
+    def _offer_params(self, key: str, payload: bytes, at: datetime | None) -> dict[str, Any]:
+        return {
+            "key": validate_key(key),
+            "kind": self.kind,
+            "payload": validate_payload(payload),
+            "scheduled_at": None if at is None else to_ms(at, what="scheduled_at"),
+            "now": self._now_ms(),
+        }
+
+    def _offer_on(
+        self,
+        conn: psycopg.Connection[Any],
+        params: dict[str, Any],
+        can_update: bool,
+        lead_ms: int | None,
+    ) -> OfferOutcome:
+        q = self.queries
+        for _ in range(MAX_CAS_ATTEMPTS):
+            too_close = lead_ms is not None and self._too_close(conn, params, lead_ms)
+            if not too_close and conn.execute(q["offer_insert"], params).rowcount == 1:
+                return OfferOutcome.CREATED
+            if not can_update:
+                return OfferOutcome.IGNORED
+            with conn.transaction():
+                row = conn.execute(q["offer_select_for_update"], params).fetchone()
+                if row is None:
+                    if too_close:
+                        return OfferOutcome.IGNORED
+                    continue  # consumed meanwhile: insert again
+                existing = StoredMessage.from_row(row)
+                if (
+                    existing.payload == params["payload"]
+                    and existing.scheduled_at_initially_ms == params["scheduled_at"]
+                    and not existing.in_flight
+                ):
+                    return OfferOutcome.IGNORED
+                cas = dict(
+                    params,
+                    expected_initially=existing.scheduled_at_initially_ms,
+                    expected_created=existing.created_at_ms,
+                )
+                if conn.execute(q["offer_cas_update"], cas).rowcount == 1:
+                    return OfferOutcome.UPDATED
+        raise DatabaseError(f"offer({params['key']!r}) lost {MAX_CAS_ATTEMPTS} compare-and-swaps")
+
+    def _too_close(self, conn: psycopg.Connection[Any], params: dict[str, Any], lead_ms: int) -> bool:
+        now = conn.execute(self.queries["db_now"], params).fetchone()
+        assert now is not None
+        at = params["scheduled_at"]
+        return at is None or at <= now[0] + lead_ms
+
+    def offer_batch(
+        self,
+        items: Iterable[Offer | tuple[str, bytes, datetime | None]],
+        can_update: bool = True,
+        *,
+        min_lead: timedelta | None = None,
+        chunk_size: int = OFFER_BATCH_CHUNK,
+    ) -> list[OfferOutcome]:
+        """Offer many messages: one multi-row insert per chunk, one-by-one ``offer`` for the rest.
+
+        Every item is validated before anything is sent, so bad input stores nothing. Outcomes
+        come back in input order. Keys that already exist (or repeat in the batch) go through
+        ``offer`` when ``can_update``, else they are IGNORED.
+        """
+        prepared = [self._offer_params(*item) for item in items]
+        lead_ms = None if min_lead is None else duration_ms(min_lead, what="min_lead")
+        outcomes: list[OfferOutcome] = []
+        for start in range(0, len(prepared), chunk_size):
+            chunk = prepared[start : start + chunk_size]
+            outcomes += self._offer_chunk(chunk, can_update, lead_ms)
+        return outcomes
+
+    def _offer_chunk(
+        self, chunk: list[dict[str, Any]], can_update: bool, lead_ms: int | None
+    ) -> list[OfferOutcome]:
+        keys, kinds, payloads, ats = as_arrays(
+            [(p["key"], p["kind"], p["payload"], p["scheduled_at"]) for p in chunk], 4
+        )
+        params = {"keys": keys, "kinds": kinds, "payloads": payloads, "ats": ats,
+                  "now": self._now_ms(), "min_lead_ms": lead_ms}
+        created = {row[0] for row in self.db.fetchall(self.queries["offer_batch_insert"], params)}
+        outcomes: list[OfferOutcome] = []
+        for p in chunk:
+            if p["key"] in created:
+                created.discard(p["key"])  # a repeat of this key in the batch is not "created"
+                outcomes.append(OfferOutcome.CREATED)
+            elif can_update:
+                outcomes.append(
+                    self.db.run(lambda conn, p=p: self._offer_on(conn, p, True, lead_ms))
+                )
+            else:
+                outcomes.append(OfferOutcome.IGNORED)
+        return outcomes
+
+    # -- poll / ack -------------------------------------------------------------------
+
+    def try_poll(self) -> Envelope | None:
+        """Acquire the earliest due message of this kind, or None."""
+        found = self.try_poll_many(1)
+        return found[0] if found else None
+
+    def try_poll_many(self, n: int, kinds: Sequence[str] | None = None) -> list[Envelope]:
+        """Acquire up to ``n`` due messages in one statement, all under one lock id.
+
+        ``kinds`` (default: this queue's) are drained in the order given, which is how the
+        transport maps priorities. Envelopes come back in delivery order.
+        """
+        if n <= 0:
+            return []
+        params = {
+            "kinds": self._kinds(kinds),
+            "limit": n,
+            "lock": str(uuid.uuid4()),
+            "lease_ms": self.lease_ms,
+            "now": self._now_ms(),
+        }
+        rows = self.db.fetchall(self.queries["try_poll_many"], params)
+        rows.sort(key=lambda r: (r[7], r[4], r[0]))
+        lock = params["lock"]
+        ack = self.ack
+        return [
+            Envelope(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], lock, r[4] > r[5], ack)
+            for r in rows
+        ]
+
+    def ack(self, envelope: Envelope) -> int:
+        return self.db.execute(self.queries["ack"], {"id": envelope.id, "lock": envelope.lock})
+
+    def ack_many(self, deliveries: Iterable[Envelope | tuple[int, str]]) -> int:
+        """Delete many deliveries in one statement; each matches only its own (id, lock)."""
+        ids, locks = self._pairs(deliveries)
+        if not ids:
+            return 0
+        return self.db.execute(self.queries["ack_many"], {"ids": ids, "locks": locks})
+
+    def ack_lock(self, lock: str) -> int:
+        """Delete every row still held under ``lock`` (all of one poll)."""
+        return self.db.execute(self.queries["ack_lock"], {"lock": lock})
+
+    def extend_lease(self, locks: Iterable[str], lease: timedelta | float | None = None) -> int:
+        """Push the lease of rows held under ``locks`` to now + lease; returns rows extended."""
+        locks = sorted(set(locks))
+        if not locks:
+            return 0
+        lease_ms = self.lease_ms if lease is None else duration_ms(lease, what="lease")
+        params = {"locks": locks, "lease_ms": lease_ms, "now": self._now_ms()}
+        return self.db.execute(self.queries["extend_lease"], params)
+
+    def release(
+        self, deliveries: Iterable[Envelope | tuple[int, str]], delay: timedelta | float = 0
+    ) -> int:
+        """Un-acquire in place: the rows become due again (after ``delay``), no copy is made."""
+        ids, locks = self._pairs(deliveries)
+        if not ids:
+            return 0
+        params = {"ids": ids, "locks": locks, "delay_ms": duration_ms(delay, what="delay"),
+                  "now": self._now_ms()}
+        return self.db.execute(self.queries["release"], params)
+
+    @staticmethod
+    def _pairs(deliveries: Iterable[Envelope | tuple[int, str]]) -> tuple[list[int], list[str]]:
+        pairs = [(d.id, d.lock) if isinstance(d, Envelope) else (int(d[0]), str(d[1]))
+                 for d in deliveries]
+        ids, locks = as_arrays(pairs, 2) if pairs else ([], [])
+        return ids, locks
+
+    # -- inspection and maintenance ---------------------------------------------------
+
+    def contains(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def get(self, key: str) -> StoredMessage | None:
+        row = self.db.fetchone(self.queries["get"], {"key": validate_key(key), "kind": self.kind})
+        return None if row is None else StoredMessage.from_row(row)
+
+    def delete(self, key: str) -> bool:
+        params = {"key": validate_key(key), "kind": self.kind}
+        return self.db.execute(self.queries["delete"], params) > 0
+
+    def delete_waiting(self, keys: Sequence[str]) -> list[tuple[str, str]]:
+        """Delete rows with these keys in any kind unless in flight; returns (key, kind) deleted."""
+        keys = [validate_key(k) for k in keys]
+        if not keys:
+            return []
+        rows = self.db.fetchall(self.queries["delete_waiting_by_keys"], {"keys": keys})
+        return [(r[0], r[1]) for r in rows]
+
+    def purge(self, kinds: Sequence[str] | None = None) -> int:
+        """Delete every waiting (due or scheduled) row of the kinds; in-flight rows stay."""
+        return self.db.execute(self.queries["purge"], {"kinds": self._kinds(kinds)})
+
+    def count_waiting(self, kinds: Sequence[str] | None = None) -> int:
+        row = self.db.fetchone(self.queries["count_waiting"], {"kinds": self._kinds(kinds)})
+        return int(row[0]) if row else 0
+
+    def next_due(self, kinds: Sequence[str] | None = None) -> datetime | None:
+        ms = self.next_due_ms(kinds)
+        return None if ms is None else from_ms(ms)
+
+    def next_due_ms(self, kinds: Sequence[str] | None = None) -> int | None:
+        """Earliest scheduledAt of the kinds, leases included (they come back when they lapse)."""
+        row = self.db.fetchone(self.queries["next_due"], {"kinds": self._kinds(kinds)})
+        return None if row is None or row[0] is None else int(row[0])
+
+    def status(self) -> list[KindStatus]:
+        """Counters per kind of the whole table (see ``delayq status``)."""
+        rows = self.db.fetchall(self.queries["status"], {"now": self._now_ms()})
+        return [KindStatus(*r) for r in rows]

@@ -1,0 +1,150 @@
+"""The declared schema (SQLAlchemy Core) and the numbered migrations that build it.
+
+The table keeps the column names and indexes of ``shared/design/internals.md`` so the data model
+stays the documented one. Every change is a new numbered migration; ``migrate()`` applies the
+missing ones under a transaction-scoped advisory lock, so many workers starting at once are safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from sqlalchemy import BigInteger, Column, Index, LargeBinary, MetaData, String, Table
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+from .db import Database
+from .queries import Queries, validate_table_name
+
+log = logging.getLogger(__name__)
+_DIALECT = postgresql.dialect()
+
+
+def queue_table(name: str, metadata: MetaData | None = None) -> Table:
+    """The ``delayed_queue`` table of internals.md under a (validated) configurable name."""
+    validate_table_name(name)
+    table = Table(
+        name,
+        metadata or MetaData(),
+        Column("id", BigInteger, primary_key=True, autoincrement=True),
+        Column("pKey", String(200), nullable=False),
+        Column("pKind", String(100), nullable=False),
+        Column("payload", LargeBinary, nullable=False),
+        Column("scheduledAt", BigInteger, nullable=False),
+        Column("scheduledAtInitially", BigInteger, nullable=False),
+        Column("lockUuid", String(36), nullable=True),
+        Column("createdAt", BigInteger, nullable=False),
+    )
+    Index(f"{name}__PKeyPlusKindUniqueIndex", table.c.pKey, table.c.pKind, unique=True)
+    Index(f"{name}__KindPlusScheduledAtIndex", table.c.pKind, table.c.scheduledAt)
+    Index(f"{name}__LockUuidPlusIdIndex", table.c.lockUuid, table.c.id)
+    return table
+
+
+def bindings_table(queue_table_name: str, metadata: MetaData | None = None) -> Table:
+    """Exchange bindings shared by every process, so routing does not depend on who declared."""
+    table = Table(
+        f"{queue_table_name}__bindings",
+        metadata or MetaData(),
+        Column("exchange", String(255), primary_key=True),
+        Column("routingKey", String(255), primary_key=True),
+        Column("queue", String(255), primary_key=True),
+        Column("pattern", String(255), nullable=False, server_default=""),
+        Column("exchangeType", String(16), nullable=False, server_default="direct"),
+        Column("seenAt", BigInteger, nullable=False),
+    )
+    Index(f"{queue_table_name}__bindings_by_queue", table.c.queue)
+    return table
+
+
+def ddl(table: Table) -> list[str]:
+    """CREATE TABLE / CREATE INDEX statements for ``table``, idempotent."""
+    statements = [str(CreateTable(table, if_not_exists=True).compile(dialect=_DIALECT))]
+    statements += [
+        str(CreateIndex(index, if_not_exists=True).compile(dialect=_DIALECT))
+        for index in sorted(table.indexes, key=lambda i: str(i.name))
+    ]
+    return statements
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[psycopg.Connection[Any], Queries], None]
+
+
+def _create_queue_table(conn: psycopg.Connection[Any], q: Queries) -> None:
+    for statement in ddl(queue_table(q.table)):
+        conn.execute(statement)
+
+
+def _create_notify_triggers(conn: psycopg.Connection[Any], q: Queries) -> None:
+    conn.execute(q["notify_function"])
+    conn.execute(q["notify_triggers"])
+
+
+def _create_bindings_table(conn: psycopg.Connection[Any], q: Queries) -> None:
+    for statement in ddl(bindings_table(q.table)):
+        conn.execute(statement)
+
+
+#: Applied in order; never edit a released migration, add a new one.
+MIGRATIONS: list[Migration] = [
+    Migration(1, "delayed_queue table and the three indexes of internals.md", _create_queue_table),
+    Migration(2, "NOTIFY wake-ups on insert and on release", _create_notify_triggers),
+    Migration(3, "exchange bindings shared across processes", _create_bindings_table),
+]
+
+
+def register_migration(migration: Migration) -> None:
+    """Let a sibling package (delayq_beat) add its tables to the same numbered sequence."""
+    if any(m.version == migration.version for m in MIGRATIONS):
+        existing = next(m for m in MIGRATIONS if m.version == migration.version)
+        if existing.apply is migration.apply or existing.description == migration.description:
+            return
+        raise ValueError(f"migration {migration.version} already registered: {existing}")
+    MIGRATIONS.append(migration)
+    MIGRATIONS.sort(key=lambda m: m.version)
+
+
+def _lock_key(table: str) -> int:
+    digest = hashlib.sha256(f"delayq-migrate:{table}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def migrate(db: Database, table: str) -> list[int]:
+    """Apply missing migrations to ``table``; return the versions applied by this call."""
+    q = Queries(table)
+
+    def work(conn: psycopg.Connection[Any]) -> list[int]:
+        with conn.transaction():
+            conn.execute(q["migrations_lock"], {"lock_key": _lock_key(table)})
+            conn.execute(q["migrations_ensure"])
+            done = {row[0] for row in conn.execute(q["migrations_applied"], {"table_name": table})}
+            applied = []
+            for migration in MIGRATIONS:
+                if migration.version in done:
+                    continue
+                log.info("delayq: applying migration %s to %s: %s",
+                         migration.version, table, migration.description)
+                migration.apply(conn, q)
+                conn.execute(
+                    q["migrations_record"], {"table_name": table, "version": migration.version}
+                )
+                applied.append(migration.version)
+            return applied
+
+    return db.run(work)
+
+
+def current_version(db: Database, table: str) -> int:
+    q = Queries(table)
+    db.execute(q["migrations_ensure"])
+    rows = db.fetchall(q["migrations_applied"], {"table_name": table})
+    return max((r[0] for r in rows), default=0)
