@@ -6,6 +6,13 @@ registers the ``delayq+postgresql://`` broker URL with kombu when imported.
 
 from __future__ import annotations
 
+# ruff: noqa: E402
+
+from kombu.transport import TRANSPORT_ALIASES
+
+# The one step next to ``broker_url``: importing delayq teaches kombu the ``delayq+`` scheme.
+TRANSPORT_ALIASES.setdefault("delayq", "delayq_transport.transport:Transport")
+
 from .cron import CronHandle, CronMessage, CronService, DailySchedule, config_hash
 from .db import Database, RetryPolicy
 from .errors import (

@@ -57,6 +57,7 @@ class Queries:
         idents = {
             "table": sql.Identifier(table),
             "migrations": sql.Identifier(MIGRATIONS_TABLE),
+            "bindings": sql.Identifier(f"{table}__bindings"),
             "notify_fn": sql.Identifier(f"{table}__notify"),
             "insert_trigger": sql.Identifier(f"{table}__notify_insert"),
             "update_trigger": sql.Identifier(f"{table}__notify_update"),

@@ -39,12 +39,13 @@ WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
   AND "scheduledAtInitially" = %(expected_initially)s AND "createdAt" = %(expected_created)s
 
 -- offer_batch_insert --
--- offer_batch(): one multi-row insert from arrays; RETURNING names the keys that were created,
+-- offer_batch(): one multi-row insert from arrays (sent in binary: text-format arrays of bytea
+-- cost more to escape than the insert itself); RETURNING names the keys that were created,
 -- every other key already existed (or repeats within the batch). Rows closer to now than
 -- `min_lead_ms` are not inserted (CronService: a late installer must not revive a fired tick).
 INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt")
 SELECT s.key, s.kind, s.payload, COALESCE(s.at, {now}), COALESCE(s.at, {now}), {now}
-FROM unnest(%(keys)s::text[], %(kinds)s::text[], %(payloads)s::bytea[], %(ats)s::bigint[])
+FROM unnest(%(keys)b::text[], %(kinds)b::text[], %(payloads)b::bytea[], %(ats)b::bigint[])
      AS s(key, kind, payload, at)
 WHERE %(min_lead_ms)s::bigint IS NULL OR COALESCE(s.at, {now}) > {now} + %(min_lead_ms)s::bigint
 ON CONFLICT ("pKey", "pKind") DO NOTHING
@@ -81,7 +82,7 @@ DELETE FROM {table} WHERE "id" = %(id)s AND "lockUuid" = %(lock)s
 -- ack_many --
 -- Delete many deliveries in one statement, each matched on its own (id, lock) pair.
 DELETE FROM {table} AS t
-USING unnest(%(ids)s::bigint[], %(locks)s::text[]) AS a(id, lock)
+USING unnest(%(ids)b::bigint[], %(locks)b::text[]) AS a(id, lock)
 WHERE t."id" = a.id AND t."lockUuid" = a.lock
 
 -- ack_lock --
@@ -220,3 +221,151 @@ CREATE TRIGGER {update_trigger} AFTER UPDATE ON {table}
 -- listen --
 -- Subscribe a connection to this table's wake-ups.
 LISTEN {channel}
+
+-- bindings_upsert --
+-- Record (or refresh) an exchange binding so every process routes the same way.
+INSERT INTO {bindings} ("exchange", "routingKey", "queue", "pattern", "exchangeType", "autoDelete", "seenAt")
+VALUES (%(exchange)s, %(routing_key)s, %(queue)s, %(pattern)s, %(exchange_type)s, %(auto_delete)s, {now})
+ON CONFLICT ("exchange", "routingKey", "queue") DO UPDATE
+SET "pattern" = EXCLUDED."pattern", "exchangeType" = EXCLUDED."exchangeType",
+    "autoDelete" = EXCLUDED."autoDelete", "seenAt" = EXCLUDED."seenAt"
+
+-- bindings_for_exchange --
+-- Routing table of one exchange, for processes that did not declare the binding themselves.
+SELECT "routingKey", "pattern", "queue" FROM {bindings} WHERE "exchange" = %(exchange)s
+
+-- bindings_touch --
+-- Consumers mark their queues alive; fanout only reaches queues seen recently (Redis-like).
+UPDATE {bindings} SET "seenAt" = {now} WHERE "queue" = ANY(%(queues)s::text[])
+
+-- bindings_delete_queue --
+-- queue_delete: forget every binding of a queue.
+DELETE FROM {bindings} WHERE "queue" = %(queue)s
+
+-- bindings_has_queue --
+-- Whether any process declared a binding for this queue (passive queue_declare).
+SELECT 1 FROM {bindings} WHERE "queue" = %(queue)s LIMIT 1
+
+-- fanout_insert --
+-- One copy of a broadcast per queue bound to the exchange and consumed recently, in one statement.
+INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt")
+SELECT %(key)s, b."queue", %(payload)s, {now}, {now}, {now}
+FROM {bindings} AS b
+WHERE b."exchange" = %(exchange)s AND b."seenAt" > {now} - %(live_ms)s::bigint
+ON CONFLICT ("pKey", "pKind") DO NOTHING
+
+-- janitor_transient_queues --
+-- Drop auto-delete queues whose consumers vanished (SIGKILLed `celery inspect`, dead workers'
+-- pidbox): their bindings, then their waiting rows, so broadcasts cannot pile up forever.
+WITH stale AS (
+    DELETE FROM {bindings}
+    WHERE "autoDelete" AND "seenAt" < {now} - %(stale_ms)s::bigint
+    RETURNING "queue"
+)
+DELETE FROM {table} AS t
+WHERE t."pKind" IN (SELECT "queue" FROM stale) AND t."lockUuid" IS NULL
+  AND NOT EXISTS (SELECT 1 FROM {bindings} AS b
+                  WHERE b."queue" = t."pKind" AND b."seenAt" >= {now} - %(stale_ms)s::bigint)
+
+-- scan_bounds --
+-- Id range of the whole table and the database clock, so queue_dataframe can split its read.
+SELECT min("id") AS lo, max("id") AS hi, {now} AS now FROM {table}
+
+-- scan_page --
+-- One page of rows with lo <= id < hi, in id order (keyset paging inside a Spark partition).
+-- in_flight / redelivered follow the `status` block: an expired lease is due and redelivered.
+SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
+       t."createdAt",
+       t."lockUuid" IS NOT NULL AND t."scheduledAt" > n.now AS in_flight,
+       t."scheduledAt" > t."scheduledAtInitially"
+           AND (t."lockUuid" IS NULL OR t."scheduledAt" <= n.now) AS redelivered
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."id" >= %(lo)s AND t."id" < %(hi)s
+ORDER BY t."id"
+LIMIT %(limit)s
+
+-- beat --
+-- Statements of delayq_beat: DB-backed schedule entries, the ledger of installed entries (so a
+-- removed entry is uninstalled across restarts) and the misfire policy.
+
+-- beat_entry_upsert --
+-- Add or replace a DB-backed beat entry (definition = task, schedule, args, kwargs, options).
+INSERT INTO "delayq_beat_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
+VALUES (%(table_name)s, %(name)s, %(definition)s::jsonb, %(enabled)s, {now})
+ON CONFLICT ("tableName", "name") DO UPDATE
+SET "definition" = EXCLUDED."definition", "enabled" = EXCLUDED."enabled",
+    "updatedAt" = EXCLUDED."updatedAt"
+
+-- beat_entry_set_enabled --
+-- Enable/disable an entry; for a beat_schedule entry this stores an override row (no definition).
+INSERT INTO "delayq_beat_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
+VALUES (%(table_name)s, %(name)s, NULL, %(enabled)s, {now})
+ON CONFLICT ("tableName", "name") DO UPDATE
+SET "enabled" = EXCLUDED."enabled", "updatedAt" = EXCLUDED."updatedAt"
+RETURNING "definition" IS NOT NULL AS has_definition
+
+-- beat_entry_delete --
+-- Remove a DB-backed entry (or an enable/disable override).
+DELETE FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s AND "name" = %(name)s
+
+-- beat_entries_list --
+-- Every DB-backed entry and override of one queue table.
+SELECT "name", "definition", "enabled", "updatedAt"
+FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s ORDER BY "name"
+
+-- beat_installed_list --
+-- The ledger: which entries have occurrences installed, in which kind, under which config hash.
+SELECT "name", "kind", "configHash", "installedUntil", "updatedAt"
+FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s ORDER BY "name"
+
+-- beat_installed_upsert --
+-- Record installs of many entries at once. installedUntil only grows for an unchanged config,
+-- so a beat with a stale view never makes another one re-offer its whole horizon.
+INSERT INTO "delayq_beat_installed" AS i
+    ("tableName", "name", "kind", "configHash", "installedUntil", "updatedAt")
+SELECT %(table_name)s, s.name, s.kind, s.hash, s.until, {now}
+FROM unnest(%(names)s::text[], %(kinds)s::text[], %(hashes)s::text[], %(untils)s::bigint[])
+     AS s(name, kind, hash, until)
+ON CONFLICT ("tableName", "name") DO UPDATE
+SET "installedUntil" = CASE
+        WHEN i."configHash" = EXCLUDED."configHash" AND i."kind" = EXCLUDED."kind"
+        THEN GREATEST(i."installedUntil", EXCLUDED."installedUntil")
+        ELSE EXCLUDED."installedUntil" END,
+    "kind" = EXCLUDED."kind", "configHash" = EXCLUDED."configHash",
+    "updatedAt" = EXCLUDED."updatedAt"
+
+-- beat_installed_delete --
+-- Forget entries whose occurrences were uninstalled (removed, disabled or renamed).
+DELETE FROM "delayq_beat_installed"
+WHERE "tableName" = %(table_name)s AND "name" = ANY(%(names)s::text[])
+
+-- beat_misfire_sweep --
+-- Beat refresh: delete waiting occurrences that misfired (due longer ago than their entry's
+-- grace). `skip` drops every misfired one; `coalesce` keeps only the newest due occurrence of
+-- each entry. Rows in flight are never touched. One statement for all entries.
+WITH e AS (
+    SELECT * FROM unnest(%(kinds)s::text[], %(patterns)s::text[], %(policies)s::text[],
+                         %(grace_ms)s::bigint[]) AS e(kind, pattern, policy, grace_ms)
+), n AS (SELECT {now} AS now),
+due AS (
+    SELECT t."id", t."lockUuid", e.policy,
+           t."scheduledAtInitially" < n.now - e.grace_ms AS misfired,
+           row_number() OVER (PARTITION BY e.kind, e.pattern
+                              ORDER BY t."scheduledAtInitially" DESC) AS rank
+    FROM e CROSS JOIN n
+    JOIN {table} AS t ON t."pKind" = e.kind AND t."scheduledAt" <= n.now
+                     AND t."pKey" LIKE e.pattern ESCAPE '\'
+)
+DELETE FROM {table} AS t USING due
+WHERE t."id" = due."id" AND t."lockUuid" IS NULL AND due.misfired
+  AND (due.policy = 'skip' OR (due.policy = 'coalesce' AND due.rank > 1))
+RETURNING t."pKey", t."pKind"
+
+-- beat_newer_due --
+-- Worker side of `coalesce`: is a newer occurrence of the same entry and config already due?
+SELECT EXISTS (
+    SELECT 1 FROM {table}
+    WHERE "pKind" = %(kind)s AND "scheduledAt" > %(at_ms)s
+      AND "scheduledAtInitially" > %(at_ms)s AND "scheduledAtInitially" <= {now}
+      AND "pKey" LIKE %(pattern)s ESCAPE '\'
+) AS newer

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from sqlalchemy import BigInteger, Column, Index, LargeBinary, MetaData, String, Table
+from sqlalchemy import BigInteger, Boolean, Column, Index, LargeBinary, MetaData, String, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
@@ -56,6 +56,7 @@ def bindings_table(queue_table_name: str, metadata: MetaData | None = None) -> T
         Column("queue", String(255), primary_key=True),
         Column("pattern", String(255), nullable=False, server_default=""),
         Column("exchangeType", String(16), nullable=False, server_default="direct"),
+        Column("autoDelete", Boolean, nullable=False, server_default="false"),
         Column("seenAt", BigInteger, nullable=False),
     )
     Index(f"{queue_table_name}__bindings_by_queue", table.c.queue)
