@@ -128,3 +128,4 @@ def _load_plugins() -> None:
 
 
 _load_plugins()
+

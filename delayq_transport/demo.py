@@ -1,0 +1,152 @@
+"""``delayq demo``: a Celery worker on the delayq broker, a few countdowns and a retry, live.
+
+With no database configured it starts the embedded PostgreSQL (``delayq[embedded]``) in a
+per-user data directory and says where. The live view reads the queue table itself, so what
+it shows as "scheduled" is exactly what no worker holds yet.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import click
+import psycopg
+from rich.live import Live
+from rich.table import Table
+
+from . import embedded
+from .cli import Context, console, register
+from .db import mask_password
+from .queue import DelayedQueue
+
+COUNTDOWNS_S = (1, 2, 3, 5, 8)
+RETRY_AFTER_S = 3
+DEMO_TIMEOUT_S = 60.0
+STATE_STYLE = {"scheduled": "yellow", "running": "cyan", "retrying": "magenta", "done": "green"}
+
+
+@dataclass
+class DemoTask:
+    task_id: str
+    label: str
+    eta: datetime
+    state: str = "scheduled"
+    finished_at: datetime | None = None
+
+
+def _start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    log_file = open(log_path, "wb")  # noqa: SIM115 - lives as long as the worker
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "delayq_transport.demo_app", "worker",
+         "-P", "solo", "--loglevel=INFO", "-n", f"demo-{os.getpid()}@%h"],
+        env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "ready." in log_path.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise click.ClickException(f"worker exited:\n{log_path.read_text()[-2000:]}")
+        time.sleep(0.1)
+    raise click.ClickException(f"worker not ready after {timeout}s; log: {log_path}")
+
+
+def _refresh(tasks: list[DemoTask], queue: DelayedQueue, conn: psycopg.Connection) -> None:
+    runs = conn.execute(
+        "SELECT task_id, state, at FROM delayq_demo_runs ORDER BY at"
+    ).fetchall()
+    latest = {task_id: (state, at) for task_id, state, at in runs}
+    for task in tasks:
+        row = queue.get(task.task_id)
+        state, at = latest.get(task.task_id, ("scheduled", None))
+        if state == "retrying" and row is not None and not row.in_flight:
+            state = "scheduled (retry)"
+        task.state = state
+        if state == "done":
+            task.finished_at = at
+
+
+def _view(tasks: list[DemoTask], now: datetime) -> Table:
+    table = Table(title=f"delayq demo: tasks wait in PostgreSQL until due ({now:%H:%M:%S})")
+    for col in ("task", "due", "state", "done after due"):
+        table.add_column(col)
+    for t in tasks:
+        style = STATE_STYLE.get(t.state.split(" ")[0], "white")
+        late = "-" if t.finished_at is None else f"{(t.finished_at - t.eta).total_seconds():.2f}s"
+        table.add_row(t.label, f"{t.eta:%H:%M:%S.%f}"[:-3], f"[{style}]{t.state}[/{style}]", late)
+    return table
+
+
+@click.command("demo")
+@click.option("--keep-worker", is_flag=True, help="Leave the worker running after the demo.")
+@click.pass_obj
+def demo(obj: Context, keep_worker: bool) -> None:
+    """Run a Celery worker on delayq and watch countdown tasks go scheduled -> running -> done."""
+    url = obj.database_url
+    if not url:
+        url, _server = embedded.start()
+        console.print(f"no database configured: started embedded PostgreSQL in "
+                      f"[bold]{embedded.default_data_dir()}[/bold] ({url})")
+    console.print(f"database: {mask_password(url)}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS delayq_demo_runs")
+        from .demo_app import DEMO_TABLE_DDL
+
+        conn.execute(DEMO_TABLE_DDL)
+    env = dict(os.environ, DELAYQ_DEMO_DB=url,
+               DELAYQ_DEMO_BROKER="delayq+postgresql://localhost/postgres")
+    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"delayq-demo-worker-{os.getpid()}.log"
+    with DelayedQueue(url, table=obj.table, kind="celery") as queue:
+        queue.purge()
+        worker = _start_worker(env, log_path)
+        try:
+            _wait_ready(worker, log_path)
+            console.print(f"worker ready (log: {log_path})")
+            _run(queue, url, env)
+        finally:
+            if not keep_worker and worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGTERM)
+                worker.wait(timeout=30)
+
+
+def _run(queue: DelayedQueue, url: str, env: dict[str, str]) -> None:
+    from .demo_app import app, flaky, remind
+
+    os.environ["DELAYQ_DEMO_DB"] = url  # the tasks' _record() in this process, if any
+    app.conf.broker_url = env["DELAYQ_DEMO_BROKER"]
+    app.conf.broker_transport_options = {"database_url": url}
+
+    tasks = []
+    for i, seconds in enumerate(COUNTDOWNS_S):
+        result = remind.apply_async((f"user-{i}",), countdown=seconds)
+        tasks.append(DemoTask(result.id, f"remind(user-{i}) countdown={seconds}s",
+                              queue.get(result.id).scheduled_at))  # type: ignore[union-attr]
+    result = flaky.apply_async(("user-retry",), countdown=1)
+    tasks.append(DemoTask(result.id, f"flaky: fails, retry(countdown={RETRY_AFTER_S})",
+                          queue.get(result.id).scheduled_at))  # type: ignore[union-attr]
+    deadline = time.monotonic() + DEMO_TIMEOUT_S
+    with psycopg.connect(url, autocommit=True) as conn, \
+            Live(console=console, refresh_per_second=8) as live:
+        while time.monotonic() < deadline:
+            _refresh(tasks, queue, conn)
+            live.update(_view(tasks, queue.now()))
+            if all(t.state == "done" for t in tasks):
+                break
+            time.sleep(0.1)
+    done = sum(t.state == "done" for t in tasks)
+    console.print(f"{done}/{len(tasks)} tasks done; the worker never held a task before it was due.")
+    if done != len(tasks):
+        raise click.ClickException("demo did not finish in time; see the worker log")
+
+
+register(demo)

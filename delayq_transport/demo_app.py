@@ -1,0 +1,58 @@
+"""The Celery app ``delayq demo`` runs: configured only by the environment it is given.
+
+It ships inside the package (not in examples/) so the demo works from an installed wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psycopg
+from celery import Celery
+
+import delayq_transport  # noqa: F401  - registers the delayq+ scheme (the one extra step)
+
+DEMO_TABLE_DDL = """CREATE TABLE IF NOT EXISTS delayq_demo_runs (
+    task_id TEXT NOT NULL, attempt INT NOT NULL, state TEXT NOT NULL,
+    at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (task_id, attempt, state))"""
+
+app = Celery("delayq_demo")
+app.conf.update(
+    broker_url=os.environ.get("DELAYQ_DEMO_BROKER", "delayq+postgresql://localhost/postgres"),
+    broker_transport_options={"polling_interval": 2, "acquire_timeout": 30,
+                              **({"database_url": os.environ["DELAYQ_DEMO_DB"]}
+                                 if "DELAYQ_DEMO_DB" in os.environ else {})},
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    task_ignore_result=True,
+)
+
+
+def _record(task_id: str, attempt: int, state: str) -> None:
+    with psycopg.connect(os.environ["DELAYQ_DEMO_DB"], autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO delayq_demo_runs (task_id, attempt, state) VALUES (%s, %s, %s)"
+            " ON CONFLICT DO NOTHING",
+            (task_id, attempt, state),
+        )
+
+
+@app.task(bind=True, name="delayq_demo.remind")
+def remind(self, who: str) -> str:
+    """A countdown task: it reaches the worker only once it is due."""
+    _record(self.request.id, self.request.retries, "running")
+    time.sleep(0.5)
+    _record(self.request.id, self.request.retries, "done")
+    return f"reminded {who}"
+
+
+@app.task(bind=True, name="delayq_demo.flaky", max_retries=2)
+def flaky(self, who: str) -> str:
+    """Fails on its first run and retries with a countdown kept in the database."""
+    _record(self.request.id, self.request.retries, "running")
+    if self.request.retries == 0:
+        _record(self.request.id, self.request.retries, "retrying")
+        raise self.retry(countdown=3)
+    _record(self.request.id, self.request.retries, "done")
+    return f"finally reminded {who}"

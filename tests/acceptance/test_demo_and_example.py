@@ -1,0 +1,41 @@
+"""The README's demo command and the example project, run as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import CeleryProcess, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_delayq_demo_runs_to_completion(database_url):
+    proc = subprocess.run(
+        [sys.executable, "-m", "delayq_transport", "-d", database_url, "demo"],
+        capture_output=True, text=True, timeout=180, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "6/6 tasks done" in proc.stdout
+
+
+def test_example_project_url_swap(database_url, tmp_path):
+    env = dict(os.environ, DELAYQ_DATABASE_URL=database_url,
+               PYTHONPATH=str(ROOT / "examples" / "celery_project"))
+    worker = CeleryProcess(["-A", "proj", "worker", "-P", "solo", "-l", "INFO"], env,
+                           tmp_path / "example-worker.log")
+    try:
+        worker.wait_for_log("ready.")
+        subprocess.run([sys.executable, "-m", "proj.send"], env=env, check=True, timeout=60,
+                       cwd=ROOT / "examples" / "celery_project")
+        status = subprocess.run(
+            [sys.executable, "-m", "delayq_transport", "-d", database_url, "status"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout
+        assert "celery" in status and "6" in status
+        wait_until(lambda: "reminded user 0" in worker.log(), timeout=30,
+                   message="first countdown (10 s) to run")
+    finally:
+        worker.stop()
