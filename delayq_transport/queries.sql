@@ -231,8 +231,11 @@ SET "pattern" = EXCLUDED."pattern", "exchangeType" = EXCLUDED."exchangeType",
     "autoDelete" = EXCLUDED."autoDelete", "seenAt" = EXCLUDED."seenAt"
 
 -- bindings_for_exchange --
--- Routing table of one exchange, for processes that did not declare the binding themselves.
-SELECT "routingKey", "pattern", "queue" FROM {bindings} WHERE "exchange" = %(exchange)s
+-- Routing table of one exchange as every process declared it. Auto-delete queues count only
+-- while their consumer was seen recently (a dead `celery events` must not collect forever).
+SELECT "routingKey", "pattern", "queue" FROM {bindings}
+WHERE "exchange" = %(exchange)s
+  AND (NOT "autoDelete" OR "seenAt" > {now} - %(live_ms)s::bigint)
 
 -- bindings_touch --
 -- Consumers mark their queues alive; fanout only reaches queues seen recently (Redis-like).

@@ -266,14 +266,15 @@ class Channel(virtual.Channel):
 
     def get_table(self, exchange: str) -> list[tuple[str, str, str]]:
         """Bindings from the database, so a producer routes to queues other processes bound."""
-        rows = self.backend.db.fetchall(self.backend.q["bindings_for_exchange"],
-                                        {"exchange": exchange})
+        params = {"exchange": exchange, "live_ms": int(self.binding_ttl * 1000), "now": None}
+        rows = self.backend.db.fetchall(self.backend.q["bindings_for_exchange"], params)
         local = self.state.exchanges.get(exchange, {}).get("table", [])
         return list(dict.fromkeys([*local, *(tuple(r) for r in rows)]))
 
     def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
-        """Resolve from this process's own declarations first: the common case stays in memory."""
-        if exchange and exchange in self.state.exchanges:
+        """Direct routes this process declared itself resolve in memory (Celery's task publish);
+        topic routes always consult the shared table, since other processes bind to them."""
+        if exchange and exchange in self.state.exchanges and self.typeof(exchange).type == "direct":
             table = self.state.exchanges[exchange].get("table") or []
             found = self.typeof(exchange).lookup(table, exchange, routing_key, None)
             if found:
