@@ -287,7 +287,7 @@ WHERE t."id" >= %(lo)s AND t."id" < %(hi)s
 ORDER BY t."id"
 LIMIT %(limit)s
 
--- beat --
+-- Statements of delayq_beat (the beat scheduler) follow.
 -- Statements of delayq_beat: DB-backed schedule entries, the ledger of installed entries (so a
 -- removed entry is uninstalled across restarts) and the misfire policy.
 

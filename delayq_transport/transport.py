@@ -49,7 +49,8 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import cache
 from itertools import count
 from queue import Empty
 from typing import Any
@@ -80,6 +81,21 @@ SKEW_RETRY_S = 0.005
 CONTROL_EXCHANGE = "celery.pidbox"
 
 _tag_counter = count(1)
+
+
+#: Bytes every beat occurrence's payload contains (its ``delayq_beat`` header).
+_BEAT_MARK = b'"delayq_beat"'
+
+
+@cache
+def _misfire_check() -> Callable[..., bool] | None:
+    """delayq_beat's worker-side misfire policy, if delayq_beat is installed (imported lazily:
+    the transport must not pull in Celery beat at import time)."""
+    try:
+        from delayq_beat.misfire import drop_misfired
+    except ImportError:
+        return None
+    return drop_misfired
 
 
 def _delivery_tag(env: Envelope) -> str:
@@ -342,7 +358,7 @@ class Channel(virtual.Channel):
         if not self._active_queues or not self.qos.can_consume():
             return 0, False
         want = min(self.qos.can_consume_max_estimate() or self.batch_size, self.batch_size)
-        envs = self.backend.queue.try_poll_many(want, self._poll_kinds())
+        envs = self._drop_misfired(self.backend.queue.try_poll_many(want, self._poll_kinds()))
         no_ack = [e for e in envs if msg.queue_of_kind(e.kind)[0] in self._no_ack_queues]
         if no_ack:
             self.backend.queue.ack_many(no_ack)  # no_ack: delivered means gone
@@ -352,6 +368,21 @@ class Channel(virtual.Channel):
             deliver(self._to_message(env, queue, ack_needed=queue not in self._no_ack_queues),
                     queue)
         return len(envs), len(envs) == want
+
+    def _drop_misfired(self, envs: list[Envelope]) -> list[Envelope]:
+        """Beat occurrences that misfired while no worker ran follow their entry's policy, so a
+        worker coming back before beat's next refresh does not run the whole backlog."""
+        check = _misfire_check()
+        if check is None:
+            return envs
+        queue = self.backend.queue
+        dropped = [e for e in envs if _BEAT_MARK in e.payload
+                   and check(queue, e.kind, msg.decode(e.payload))]
+        if not dropped:
+            return envs
+        queue.ack_many(dropped)
+        gone = {e.id for e in dropped}
+        return [e for e in envs if e.id not in gone]
 
     # -- acks and leases -------------------------------------------------------------------
 
@@ -545,7 +576,7 @@ class Transport(virtual.Transport):
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise socket.timeout()
+                    raise TimeoutError()
                 waits.append(remaining)
             self._wait_readable(max(min(waits), 0.0))
 

@@ -1,0 +1,96 @@
+"""Misfire policy: what happens to occurrences that were due while no worker ran.
+
+Occurrences are installed ahead of time, so after an outage of the workers every one of them is
+due at once. Each entry chooses (option ``delayq_misfire``; an occurrence *misfired* when it is
+still waiting more than ``delayq_grace`` seconds after its time):
+
+* ``coalesce`` (default, like Celery beat's single catch-up run): of the misfired occurrences
+  only the newest due one runs;
+* ``run_all``: every occurrence runs, late;
+* ``skip``: misfired occurrences are dropped; only on-time ones run.
+
+It is applied twice: by every beat refresh (:func:`sweep`, one statement for all entries) and
+by the worker as it receives a row (:func:`drop_misfired`), so a worker that comes back before
+beat refreshes does not run a backlog first. Every occurrence carries the header
+``delayq_beat = {"entry", "prefix", "hash", "at_ms", "misfire", "grace_ms"}`` for that.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from delayq_transport.cron import like_escape
+from delayq_transport.queue import DelayedQueue
+from delayq_transport.timeutil import to_ms
+
+log = logging.getLogger(__name__)
+
+#: The message header carrying an occurrence's identity and policy.
+HEADER = "delayq_beat"
+
+
+def config_pattern(prefix: str, hash_: str) -> str:
+    """LIKE pattern of one entry's rows under one config hash (metacharacters escaped)."""
+    return like_escape(f"{prefix}/{hash_}/") + "%"
+
+
+def occurrence_header(
+    entry: str, prefix: str, hash_: str, at_ms: int, misfire: str, grace_ms: int
+) -> dict[str, Any]:
+    return {"entry": entry, "prefix": prefix, "hash": hash_, "at_ms": at_ms,
+            "misfire": misfire, "grace_ms": grace_ms}
+
+
+def sweep(queue: DelayedQueue, policies: Sequence[tuple[str, str, str, str, int]]) -> int:
+    """Apply each entry's policy to its due rows; items are (kind, prefix, hash, policy, grace_ms).
+
+    Returns how many occurrences were dropped; each is logged.
+    """
+    active = [p for p in policies if p[3] != "run_all"]
+    if not active:
+        return 0
+    params = {
+        "kinds": [p[0] for p in active],
+        "patterns": [config_pattern(p[1], p[2]) for p in active],
+        "policies": [p[3] for p in active],
+        "grace_ms": [int(p[4]) for p in active],
+        "now": queue._now_ms(),  # the queue's one clock (the database's unless injected)
+    }
+    rows = queue.db.fetchall(queue.queries["beat_misfire_sweep"], params)
+    for key, kind in rows:
+        log.warning("delayq beat: dropped misfired occurrence %s (queue kind %r)", key, kind)
+    return len(rows)
+
+
+def drop_misfired(queue: DelayedQueue, kind: str, message: Mapping[str, Any],
+                  now_ms: int | None = None) -> bool:
+    """True if the transport should ack this delivered row without running it.
+
+    Call it on every decoded message before handing it to the worker; messages without the
+    ``delayq_beat`` header, on-time occurrences and ``run_all`` entries return False without
+    touching the database. ``now_ms`` defaults to the database clock.
+    """
+    info = (message.get("headers") or {}).get(HEADER)
+    if not isinstance(info, Mapping) or info.get("misfire") not in ("coalesce", "skip"):
+        return False
+    try:
+        at_ms, grace_ms = int(info["at_ms"]), int(info["grace_ms"])
+        pattern = config_pattern(str(info["prefix"]), str(info["hash"]))
+    except (KeyError, TypeError, ValueError):
+        return False  # a malformed header never loses a task
+    now = now_ms if now_ms is not None else to_ms(queue.now())
+    if now - at_ms <= grace_ms:
+        return False
+    if info["misfire"] == "skip":
+        log.warning("delayq beat: skipping %s occurrence at %d ms (%.1f s late)",
+                    info.get("entry"), at_ms, (now - at_ms) / 1000)
+        return True
+    row = queue.db.fetchone(queue.queries["beat_newer_due"],
+                            {"kind": kind, "pattern": pattern, "at_ms": at_ms, "now": now})
+    if row and row[0]:
+        log.warning("delayq beat: coalescing %s occurrence at %d ms into a newer one",
+                    info.get("entry"), at_ms)
+        return True
+    return False

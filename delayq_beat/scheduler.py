@@ -1,0 +1,214 @@
+"""``celery beat -S delayq_beat.Scheduler``: install occurrences ahead instead of publishing.
+
+Celery's beat sends each task when it is due, from one process. This scheduler never publishes:
+every ``delayq_beat_refresh_interval`` it writes the coming occurrences of every entry into
+``delayed_queue`` (see :mod:`delayq_beat.installer`), where workers on the
+``delayq+postgresql://`` broker pick them up at their time. Any number of beats may run; a beat
+that stops leaves a horizon of installed occurrences behind that still run on time.
+
+Settings (``app.conf``), with defaults:
+
+* ``delayq_beat_refresh_interval`` (60 s): how often entries are re-read and installed;
+* ``delayq_beat_horizon`` (3600 s): how far ahead occurrences are installed, at least two
+  refresh intervals and at least ``delayq_beat_min_occurrences`` (3) occurrences;
+* ``delayq_beat_misfire`` ("coalesce") and ``delayq_beat_misfire_grace`` (60 s): the default
+  misfire policy, overridable per entry with options ``delayq_misfire`` / ``delayq_grace``;
+* ``delayq_beat_database_url`` (default: the broker URL) and ``delayq_beat_table``
+  (default: ``broker_transport_options['table']`` or ``delayed_queue``);
+* ``delayq_beat_check_tasks`` (True): refuse entries naming a task the app does not know,
+  when the app has user tasks registered (else only warn).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from celery import beat
+from celery.exceptions import ImproperlyConfigured, QueueNotFound
+from kombu import Exchange
+
+from delayq_transport import message as messages
+from delayq_transport.db import Database
+from delayq_transport.errors import DelayqError, InvalidInput
+from delayq_transport.queue import DelayedQueue
+
+from .entries import DEFAULT_GRACE_S, DEFAULT_MISFIRE, EntrySpec, make_spec
+from .installer import Installer, RefreshReport, Route, Settings
+from .store import BeatStore
+
+log = logging.getLogger("delayq_beat")
+
+#: After a failed refresh (database down), try again this soon rather than a full interval.
+RETRY_AFTER_FAILURE_S = 5.0
+
+
+def _conf(app: Any, name: str, default: Any) -> Any:
+    value = app.conf.get(name)
+    return default if value is None else value
+
+
+def settings_from(app: Any) -> Settings:
+    def seconds(name: str, default: float) -> timedelta:
+        value = _conf(app, name, default)
+        value = value if isinstance(value, timedelta) else timedelta(seconds=float(value))
+        if value <= timedelta(0):
+            raise ImproperlyConfigured(f"{name} must be positive, got {value}")
+        return value
+
+    return Settings(
+        refresh_interval=seconds("delayq_beat_refresh_interval", 60.0),
+        horizon=seconds("delayq_beat_horizon", 3600.0),
+        min_occurrences=max(1, int(_conf(app, "delayq_beat_min_occurrences", 3))),
+    )
+
+
+def database_url(app: Any) -> str:
+    url = _conf(app, "delayq_beat_database_url", None) or app.conf.broker_write_url \
+        or app.conf.broker_url
+    if isinstance(url, list | tuple):
+        url = url[0] if url else None
+    if not url:
+        raise ImproperlyConfigured(
+            "delayq beat needs a database: set broker_url='delayq+postgresql://...' "
+            "or delayq_beat_database_url")
+    return str(url)
+
+
+def table_name(app: Any) -> str:
+    options = app.conf.broker_transport_options or {}
+    return str(_conf(app, "delayq_beat_table", None) or options.get("table") or "delayed_queue")
+
+
+class Scheduler(beat.Scheduler):
+    """A Celery beat scheduler whose ``tick`` is a refresh of the installed occurrences."""
+
+    def __init__(self, app: Any, *args: Any, schedule_filename: str | None = None,
+                 **kwargs: Any) -> None:
+        self.settings = settings_from(app)
+        self._queue: DelayedQueue | None = None
+        self._installer: Installer | None = None
+        self._next_refresh = 0.0  # monotonic; 0 = refresh on the first tick
+        self._warned_tasks: set[str] = set()
+        self.last_report: RefreshReport | None = None
+        super().__init__(app, *args, **kwargs)
+        self.max_interval = min(self.max_interval, self.settings.refresh_interval.total_seconds())
+
+    # -- celery.beat.Scheduler interface ----------------------------------------------
+
+    def setup_schedule(self) -> None:
+        """Read beat_schedule entry by entry (one bad entry never stops the others)."""
+        self.data = {}
+        self.install_default_entries(self.data)
+        for name, raw in (self.app.conf.beat_schedule or {}).items():
+            try:
+                self.data[name] = self.Entry(**dict(raw, name=name, app=self.app))
+            except Exception as exc:
+                log.error("delayq beat: entry %r skipped: %s", name, exc)
+                self.data[name] = exc
+        self._open()
+
+    def _open(self) -> None:
+        url, table = database_url(self.app), table_name(self.app)
+        queue = DelayedQueue(Database(url, max_size=2), table=table)
+        queue._owns_db = True
+        store = BeatStore(queue.db, table)  # registers and applies migration 10
+        self._queue = queue
+        self._installer = Installer(
+            queue, store, self.app.timezone, self.settings, route=self.route,
+            spec_defaults=self._spec_defaults(), check_task=self.check_task)
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """Refresh when due; return the seconds until the next refresh."""
+        now = time.monotonic()
+        if now >= self._next_refresh:
+            delay = self.settings.refresh_interval.total_seconds()
+            try:
+                self.refresh()
+            except DelayqError as exc:
+                log.error("delayq beat: refresh failed, retrying in %.0fs: %s",
+                          RETRY_AFTER_FAILURE_S, exc)
+                delay = min(delay, RETRY_AFTER_FAILURE_S)
+            self._next_refresh = now + delay
+        return max(0.0, min(self._next_refresh - time.monotonic(), self.max_interval))
+
+    def refresh(self) -> RefreshReport:
+        assert self._installer is not None, "setup_schedule() was not called"
+        report = self._installer.refresh(self.config_specs())
+        self.last_report = report
+        log.info("delayq beat: refreshed: %d occurrences installed, %d entries replaced, "
+                 "%d uninstalled, %d misfires dropped, %d entries with errors",
+                 sum(report.installed.values()), len(report.replaced),
+                 len(report.uninstalled), report.misfires_dropped, len(report.errors))
+        return report
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._queue is not None:
+                self._queue.close()
+                self._queue = None
+
+    @property
+    def info(self) -> str:
+        s = self.settings
+        return (f"    . delayq: refresh every {s.refresh_interval.total_seconds():.0f}s, "
+                f"horizon {s.effective_horizon.total_seconds():.0f}s, "
+                f"table {table_name(self.app)}")
+
+    # -- entries ----------------------------------------------------------------------
+
+    def _spec_defaults(self) -> dict[str, Any]:
+        return {
+            "default_misfire": _conf(self.app, "delayq_beat_misfire", DEFAULT_MISFIRE),
+            "default_grace_s": float(_conf(self.app, "delayq_beat_misfire_grace",
+                                           DEFAULT_GRACE_S)),
+        }
+
+    def config_specs(self) -> dict[str, EntrySpec | Exception]:
+        specs: dict[str, EntrySpec | Exception] = {}
+        for name, entry in self.data.items():
+            if isinstance(entry, Exception):
+                specs[name] = entry
+                continue
+            try:
+                specs[name] = make_spec(name, entry.task, entry.schedule, entry.args,
+                                        entry.kwargs, entry.options, **self._spec_defaults())
+            except InvalidInput as exc:
+                log.error("delayq beat: entry %r skipped: %s", name, exc)
+                specs[name] = exc
+        return specs
+
+    def check_task(self, spec: EntrySpec) -> None:
+        """Unknown task: an error when the app's registry holds user tasks, else a warning."""
+        if not _conf(self.app, "delayq_beat_check_tasks", True) or spec.task in self.app.tasks:
+            return
+        if any(not name.startswith("celery.") for name in self.app.tasks):
+            raise InvalidInput(f"beat entry {spec.name!r}: unknown task {spec.task!r} (not in "
+                               "the app's task registry; set delayq_beat_check_tasks=False "
+                               "if workers import it from elsewhere)")
+        if spec.task not in self._warned_tasks:
+            self._warned_tasks.add(spec.task)
+            log.warning("delayq beat: entry %r names task %r, which this app has not "
+                        "registered; installing it anyway", spec.name, spec.task)
+
+    def route(self, spec: EntrySpec) -> Route:
+        """Resolve the queue as Celery's router would (options, task_routes, default queue)."""
+        options = {k: v for k, v in spec.options.items()
+                   if k in ("queue", "exchange", "routing_key", "priority")}
+        try:
+            routed = self.app.amqp.router.route(options, spec.task, spec.args, spec.kwargs)
+        except QueueNotFound as exc:
+            raise InvalidInput(f"beat entry {spec.name!r}: {exc}") from exc
+        queue = routed.get("queue")
+        name = getattr(queue, "name", None) or self.app.conf.task_default_queue \
+            or messages.DEFAULT_QUEUE
+        exchange = routed.get("exchange") or getattr(queue, "exchange", None) or ""
+        if isinstance(exchange, Exchange):
+            exchange = exchange.name
+        routing_key = routed.get("routing_key") or getattr(queue, "routing_key", None) or name
+        priority = routed.get("priority", self.app.conf.task_default_priority)
+        return Route(name, str(exchange or ""), routing_key, priority)
