@@ -247,6 +247,7 @@ class Channel(virtual.Channel):
         envs = self.backend.queue.try_poll_many(1, self._kinds(queue))
         if not envs:
             raise Empty()
+        self.transport._ensure_maintenance()  # flushes this message's ack, extends its lease
         return self._to_message(envs[0], queue, ack_needed=True)
 
     def _purge(self, queue: str) -> int:
@@ -458,6 +459,9 @@ class Transport(virtual.Transport):
         self._backend: Backend | None = None
         self._listener: psycopg.Connection[Any] | None = None
         self._listener_lock = threading.Lock()
+        #: Kept apart: psycopg's fileno() raises once the connection broke, and the hub still
+        #: needs the number to unregister it.
+        self._listener_fd: int | None = None
         self._hub: Any = None
         self._hub_timer: Any = None
         self._kick: tuple[socket.socket, socket.socket] | None = None
@@ -598,19 +602,20 @@ class Transport(virtual.Transport):
                 return
             conn = self.backend.db.connect()
             conn.execute(self.backend.q["listen"])
-            self._listener = conn
+            self._listener, self._listener_fd = conn, conn.fileno()
         if self._hub is not None:
-            self._hub.add_reader(conn.fileno(), self._on_readable)
+            self._hub.add_reader(self._listener_fd, self._on_readable)
 
     def _close_listener(self) -> None:
         with self._listener_lock:
             conn, self._listener = self._listener, None
+            fd, self._listener_fd = self._listener_fd, None
+        if self._hub is not None and fd is not None:
+            try:
+                self._hub.remove(fd)
+            except (OSError, ValueError, KeyError):
+                pass
         if conn is not None:
-            if self._hub is not None:
-                try:
-                    self._hub.remove(conn.fileno())
-                except (OSError, ValueError, KeyError):
-                    pass
             conn.close()
 
     def _reset_listener(self) -> None:
@@ -657,8 +662,8 @@ class Transport(virtual.Transport):
         loop.add_reader(self._kick[0].fileno(), self._on_kick)
         loop.on_tick.add(self._on_tick)
         loop.call_repeatedly(self.polling_interval, self._wake)
-        if self._listener is not None:
-            loop.add_reader(self._listener.fileno(), self._on_readable)
+        if self._listener_fd is not None:
+            loop.add_reader(self._listener_fd, self._on_readable)
 
     def _on_kick(self) -> None:
         try:
@@ -672,6 +677,8 @@ class Transport(virtual.Transport):
     def _on_tick(self) -> None:
         if not self._consuming() or not self._should_poll():
             return
+        if self._listener is None:
+            self._reset_listener()  # LISTEN was lost and could not be re-established yet
         try:
             delivered = self._poll_once()
         except DatabaseUnavailable:

@@ -1,0 +1,251 @@
+"""Wake-ups (issue 3, item 4): NOTIFY for due-now rows, a timer for the earliest scheduledAt,
+a slow fallback poll for missed notifications, and an idle worker that leaves the database be.
+
+Consumers run with a fallback poll of 30 s where the point is that something *else* woke them:
+a delivery within a second can then only come from NOTIFY or the due-time timer.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import kombu
+import psycopg
+import pytest
+from conftest import BASE_URL
+from kombu.asynchronous.hub import Hub
+
+from delayq_transport import DelayedQueue
+from delayq_transport import message as msg
+from delayq_transport.queries import notify_channel
+
+from .conftest import executions, wait_until
+
+pytest_plugins = ("_kombu_env",)
+
+Connect = Callable[..., kombu.Connection]
+PUBLISHER = Path(__file__).parent.parent / "_kombu_publish.py"
+#: The fallback poll of the consumers below: far longer than any wait a test accepts.
+SLOW_POLL_S = 30.0
+
+
+@contextmanager
+def consuming(conn: kombu.Connection, queue: str) -> Iterator[list[tuple[float, Any]]]:
+    """Consume ``queue``; yields (wall-clock receive time, body) pairs as they arrive."""
+    received: list[tuple[float, Any]] = []
+
+    def on_message(body: Any, message: kombu.Message) -> None:
+        received.append((time.time(), body))
+        message.ack()
+
+    with kombu.Consumer(conn, [kombu.Queue(queue, routing_key=queue)], callbacks=[on_message]):
+        with pytest.raises(socket.timeout):  # first poll done, nothing due: now idle
+            conn.drain_events(timeout=0.2)
+        yield received
+
+
+def iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat()
+
+
+def offer_task(q: DelayedQueue, name: str) -> float:
+    """Insert a due-now task row with the core API; returns the wall time just before."""
+    payload = msg.encode(msg.task_message("t.wake", [name], task_id=name, queue=q.kind))
+    started = time.time()
+    q.offer(name, payload)
+    return started
+
+
+def queue_of(url: str, table: str, kind: str) -> DelayedQueue:
+    return DelayedQueue(url, kind=kind, table=table, ensure_schema=False)
+
+
+def test_notify_wakes_an_idle_consumer_at_once(kombu_connect: Connect, kombu_db: str,
+                                               kombu_table: str):
+    latencies = []
+    with kombu_connect(polling_interval=SLOW_POLL_S) as conn, consuming(conn, "wake") as got, \
+            queue_of(kombu_db, kombu_table, "wake") as q:
+        for i in range(5):
+            sent: list[float] = []
+            timer = threading.Timer(0.1, lambda name, out: out.append(offer_task(q, name)),
+                                    (f"w{i}", sent))
+            timer.start()  # the insert comes once this thread is blocked in drain_events
+            conn.drain_events(timeout=5)
+            timer.join()
+            latencies.append(got[-1][0] - sent[0])
+    print(f"NOTIFY wake-up latency (s): {[round(x, 4) for x in latencies]}")
+    assert len(got) == 5
+    assert max(latencies) < 1.0, latencies  # the fallback poll would take 30 s
+    assert statistics.median(latencies) < 0.1, latencies
+
+
+def terminate_listen_backend(url: str, table: str) -> None:
+    """Kill the consumer's LISTEN session server-side (idle timeout, proxy, failover...)."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query = %s",
+            (f'LISTEN "{notify_channel(table)}"',)).fetchall()
+    assert killed == [(True,)], killed
+
+
+def run_hub(hub: Hub, until: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not until() and time.monotonic() < deadline:
+        hub.run_once()
+
+
+@pytest.mark.parametrize("mode", ["drain_events", "hub"])
+def test_consumer_listens_again_after_its_listen_connection_is_killed(
+    mode: str, kombu_connect: Connect, kombu_db: str, kombu_table: str
+):
+    """Only the LISTEN session dies: the consumer reconnects it and NOTIFY keeps waking it."""
+    hub = Hub()
+    with kombu_connect(polling_interval=SLOW_POLL_S) as conn, consuming(conn, "relisten") as got, \
+            queue_of(kombu_db, kombu_table, "relisten") as q:
+        if mode == "hub":
+            conn.register_with_event_loop(hub)
+            run_hub(hub, lambda: False, 0.2)
+        terminate_listen_backend(kombu_db, kombu_table)
+        if mode == "hub":
+            run_hub(hub, lambda: False, 0.3)  # the loop sees the dead socket
+        else:
+            with pytest.raises(socket.timeout):
+                conn.drain_events(timeout=0.3)
+        started = offer_task(q, "after-kill")
+        if mode == "hub":
+            run_hub(hub, lambda: bool(got), 3)
+        else:
+            conn.drain_events(timeout=3)
+        hub.close()
+    assert [body[0] for _, body in got] == [["after-kill"]]
+    assert got[0][0] - started < 1.0  # the fallback poll would take 30 s
+
+
+def publish_from_another_process(url: str, table: str, queue: str, body: str,
+                                 countdown: float) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(PUBLISHER), url, table, queue, body, "--countdown", str(countdown)],
+        stdout=subprocess.PIPE, text=True,
+    )
+
+
+def test_countdown_known_before_waiting_is_delivered_at_its_time(kombu_connect: Connect):
+    """The consumer learns the earliest scheduledAt on its idle poll and sets a timer for it."""
+    with kombu_connect(polling_interval=SLOW_POLL_S) as conn:
+        queue = kombu.Queue("cd", routing_key="cd")
+        eta = time.time() + 2
+        kombu.Producer(conn.default_channel).publish("two", routing_key="cd",
+                                                     headers={"eta": iso(eta)}, declare=[queue])
+        with consuming(conn, "cd") as got:
+            conn.drain_events(timeout=6)
+    [(at, body)] = got
+    assert body == "two"
+    assert -0.02 <= at - eta < 0.5, at - eta
+
+
+def test_countdown_inserted_by_another_process_while_waiting(kombu_connect: Connect,
+                                                             kombu_db: str, kombu_table: str):
+    """A NOTIFY carrying a future scheduledAt moves the consumer's timer earlier."""
+    with kombu_connect(polling_interval=SLOW_POLL_S) as conn:
+        queue = kombu.Queue("cd2", routing_key="cd2")
+        kombu.Producer(conn.default_channel).publish(
+            "far", routing_key="cd2", headers={"eta": iso(time.time() + 60)}, declare=[queue])
+        with consuming(conn, "cd2") as got:
+            proc = publish_from_another_process("delayq+" + kombu_db, kombu_table, "cd2", "near",
+                                                countdown=2)
+            conn.drain_events(timeout=8)
+            out, _ = proc.communicate(timeout=30)
+    published = json.loads(out)
+    [(at, body)] = got
+    assert body == "near"
+    assert -0.02 <= at - published["eta"] < 0.5, at - published["eta"]
+
+
+def test_fallback_poll_finds_a_row_whose_notify_was_suppressed(kombu_connect: Connect,
+                                                               kombu_db: str, kombu_table: str):
+    """Triggers do not fire for a session in replica mode: only the fallback poll can see it."""
+    poll_s = 1.5
+    silent_url = kombu_db + "?options=" + quote("-c session_replication_role=replica")
+    with psycopg.connect(kombu_db, autocommit=True) as listener, \
+            kombu_connect(polling_interval=poll_s) as conn, consuming(conn, "quiet") as got, \
+            queue_of(kombu_db, kombu_table, "elsewhere") as loud, \
+            queue_of(silent_url, kombu_table, "quiet") as silent:
+        listener.execute(f'LISTEN "{notify_channel(kombu_table)}"')
+        offer_task(loud, "control")  # NOTIFY works...
+        assert [n.payload.split(":")[0] for n in listener.notifies(timeout=2, stop_after=1)] \
+            == ["elsewhere"]
+        started = offer_task(silent, "silent")  # ...but not for this session
+        conn.drain_events(timeout=poll_s + 2)
+        assert list(listener.notifies(timeout=0.1)) == []
+    [(at, body)] = got
+    assert body[0] == ["silent"]
+    assert at - started <= poll_s + 0.5, at - started
+
+
+@pytest.mark.slow
+def test_worker_hub_wakes_on_notify_and_on_the_due_timer(
+    database_url: str, producer: Any, start_worker: Callable[..., Any]
+):
+    """In the worker, the LISTEN socket and the due-time timer live in the kombu hub."""
+    start_worker(env={"DELAYQ_TRANSPORT_OPTIONS": json.dumps({"polling_interval": SLOW_POLL_S})})
+    now = producer.send_task("celery_app.mark", ("now",))
+    sent_at = datetime.now(UTC)
+    later = producer.send_task("celery_app.mark", ("later",), countdown=2)
+    eta = sent_at.timestamp() + 2
+    runs = wait_until(lambda: len(executions(database_url)) >= 2 and executions(database_url),
+                      timeout=10, message="both tasks to run")
+    ran = {r["task_id"]: r["ran_at"].timestamp() for r in runs}
+    assert ran[now.id] - sent_at.timestamp() < 1.0  # the fallback poll would take 30 s
+    assert -0.05 <= ran[later.id] - eta < 0.5, ran[later.id] - eta
+
+
+IDLE_WINDOW_S = 10.0
+#: PostgreSQL publishes a backend's counters at most once a second while it is busy, and at the
+#: latest 10 s after it went idle: let the worker's start-up burst land before the window opens.
+STATS_SETTLE_S = 10.0
+
+
+def commits(dbname: str) -> int:
+    """Transactions committed in one database (every delayq statement is one, autocommit)."""
+    with psycopg.connect(BASE_URL, autocommit=True) as conn:
+        row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
+                           (dbname,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.slow
+def test_idle_worker_runs_the_async_loop_and_leaves_the_database_alone(
+    database_url: str, producer: Any, start_worker: Callable[..., Any]
+):
+    options = {"polling_interval": 5, "acquire_timeout": 10}
+    worker = start_worker("-I", "_kombu_tasks",
+                          env={"DELAYQ_TRANSPORT_OPTIONS": json.dumps(options)})
+    ready = time.monotonic()
+    producer.send_task("kombu_tasks.loop_probe")
+    [probe] = wait_until(lambda: executions(database_url, "loop-probe"), message="loop probe")
+    assert json.loads(probe["arg"]) == ["asynloop"], probe["arg"]
+    dbname = database_url.rsplit("/", 1)[1]
+    # Fixed spans, not waits for an event: the settling time of PostgreSQL's statistics, then
+    # the observation window itself.
+    time.sleep(max(0.0, STATS_SETTLE_S - (time.monotonic() - ready)))
+    before, t0 = commits(dbname), time.monotonic()
+    time.sleep(IDLE_WINDOW_S)
+    after, elapsed = commits(dbname), time.monotonic() - t0
+    rate = (after - before) / elapsed
+    print(f"idle worker: {after - before} commits in {elapsed:.1f}s = {rate:.2f}/s")
+    assert worker.proc.poll() is None
+    assert rate < 5, rate

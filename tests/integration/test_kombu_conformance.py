@@ -1,0 +1,83 @@
+"""kombu's own integration test classes, run against delayq (issue 3, item 7).
+
+The classes come from ``t/integration/common.py`` in the sdist of the *installed* kombu version,
+fetched from PyPI (and cached) when this module is collected; nothing of kombu's suite lives in
+this repository. They are wired the way kombu's ``t/integration/test_redis.py`` wires them:
+a ``connection`` fixture per test (a fresh queue table each), an ``invalid_connection`` one,
+and Redis priority semantics (``PRIORITY_ORDER = 'desc'``: a lower number is served first).
+
+If the sdist cannot be fetched, ``test_peer_suite_was_fetched`` fails with pip's reason (the
+peer classes then contribute no tests): a failure, never a silent skip, and the rest of the
+suite still runs (an exception at import would abort the whole session at collection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kombu
+import pytest
+from _kombu_peer import PeerSuiteUnavailable, load_common
+
+from delayq_transport.transport import Transport
+
+pytest_plugins = ("_kombu_env",)
+
+try:
+    common: Any = load_common()
+    UNAVAILABLE = ""
+except PeerSuiteUnavailable as exc:
+    common, UNAVAILABLE = None, str(exc)
+
+
+def peer(name: str) -> type:
+    """One of kombu's test classes, or an empty base when the sdist could not be fetched."""
+    return getattr(common, name) if common is not None else object
+
+
+@pytest.fixture
+def connection(kombu_connect: Callable[..., kombu.Connection]) -> kombu.Connection:
+    """What kombu's classes expect: an unopened connection to an empty broker."""
+    return kombu_connect()
+
+
+@pytest.fixture
+def invalid_connection() -> Iterator[kombu.Connection]:
+    """Nothing listens on port 1: connecting must raise (kombu asserts *an* exception)."""
+    conn = kombu.Connection("delayq+postgresql://postgres@127.0.0.1:1/postgres",
+                            connect_timeout=2)
+    yield conn
+    conn.release()
+
+
+def test_peer_suite_was_fetched_for_the_installed_kombu() -> None:
+    if UNAVAILABLE:
+        pytest.fail(UNAVAILABLE)
+    assert f"kombu-{kombu.__version__}-t" in common.__file__  # not a stale cached version
+
+
+class TestDelayqBasicFunctionality(peer("BasicFunctionality")):
+    def test_failed_connection_is_a_declared_connection_error(
+        self, invalid_connection: kombu.Connection
+    ) -> None:
+        """Like the Redis suite's check: kombu only retries errors the transport declares."""
+        with pytest.raises(Transport.connection_errors) as info:
+            invalid_connection.transport.establish_connection()
+        assert "unreachable" in str(info.value)
+
+
+class TestDelayqExchangeTypes(peer("BaseExchangeTypes")):
+    pass
+
+
+class TestDelayqMessage(peer("BaseMessage")):
+    pass
+
+
+class TestDelayqPriority(peer("BasePriority")):
+    PRIORITY_ORDER = "desc"
+
+
+class TestDelayqEventLoop(peer("BaseEventLoop")):
+    pass

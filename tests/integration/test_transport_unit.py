@@ -1,0 +1,200 @@
+"""The kombu transport without a Celery worker: what each kombu operation does to the table.
+
+Celery-level tests prove the URL swap works; these pin the storage contract underneath it
+(row key, kind, scheduledAt, lease, release-in-place) so a regression names the operation that
+broke instead of a task that did not run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kombu
+import pytest
+
+from delayq_transport import message as msg
+
+pytestmark = pytest.mark.timeout(60)
+pytest_plugins = ("_kombu_env",)
+
+Connect = Callable[..., kombu.Connection]
+
+
+Stored = Callable[[], list[dict[str, Any]]]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Bounded wait on an observable (the ack flush is asynchronous by design)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_row_key_kind_payload_and_scheduled_at(kombu_connect: Connect, stored: Stored):
+    """Task messages are keyed by task id in kind queue[+bucket], due at their eta header."""
+    eta = datetime.now(UTC) + timedelta(minutes=5)
+    with kombu_connect() as conn, closing(conn.SimpleQueue("work")) as q:
+        q.put({"n": 1}, headers={"task": "t.x", "id": "tid-1", "eta": eta.isoformat()},
+              priority=6)
+        q.put({"n": 2})
+    task_row, plain_row = stored()
+    assert task_row["pKey"] == "tid-1"
+    assert task_row["pKind"] == msg.kind_for("work", 6) != "work"
+    assert task_row["scheduledAt"] == task_row["scheduledAtInitially"]
+    assert abs(task_row["scheduledAt"] - eta.timestamp() * 1000) <= 1
+    assert task_row["lockUuid"] is None
+    stored = msg.decode(bytes(task_row["payload"]))
+    assert stored["headers"]["id"] == "tid-1" and stored["properties"]["priority"] == 6
+    # Without a task id the delivery tag is the key; priority 0 is the bare queue name.
+    assert plain_row["pKind"] == "work"
+    plain = msg.decode(bytes(plain_row["payload"]))
+    assert plain_row["pKey"] == plain["properties"]["delivery_tag"]
+
+
+def test_eta_message_is_not_delivered_before_it_is_due(kombu_connect: Connect):
+    eta = datetime.now(UTC) + timedelta(seconds=1.5)
+    with kombu_connect() as conn, closing(conn.SimpleQueue("later")) as q:
+        q.put("soon", headers={"eta": eta.isoformat()})
+        with pytest.raises(q.Empty):
+            q.get(timeout=0.5)
+        message = q.get(timeout=5)
+        received = datetime.now(UTC)
+        assert message.payload == "soon"
+        assert received >= eta - timedelta(milliseconds=20), (received, eta)
+        message.ack()
+
+
+def test_delivery_leases_the_row_and_ack_deletes_it(kombu_connect: Connect, stored: Stored):
+    with kombu_connect() as conn, closing(conn.SimpleQueue("acks")) as q:
+        for i in range(5):
+            q.put(i)
+        got = [q.get(timeout=2) for _ in range(5)]
+        held = stored()
+        assert len(held) == 5 and all(r["lockUuid"] for r in held)
+        assert all(r["scheduledAt"] > r["scheduledAtInitially"] for r in held)  # leased
+        for message in got:
+            message.ack()
+        wait_for(lambda: not stored(), what="acks to delete the rows")
+    assert sorted(m.payload for m in got) == list(range(5))
+
+
+def test_requeue_releases_the_row_in_place(kombu_connect: Connect, stored: Stored):
+    """No copy: the same row comes back, flagged redelivered."""
+    with kombu_connect() as conn, closing(conn.SimpleQueue("requeue")) as q:
+        q.put("again")
+        first = q.get(timeout=2)
+        assert not first.delivery_info["redelivered"]
+        [row] = stored()
+        first.requeue()
+        [released] = stored()
+        assert released["id"] == row["id"] and released["lockUuid"] is None
+        second = q.get(timeout=2)
+        assert second.payload == "again" and second.delivery_info["redelivered"]
+        second.ack()
+        wait_for(lambda: not stored(), what="ack")
+
+
+def test_reject_without_requeue_deletes(kombu_connect: Connect, stored: Stored):
+    with kombu_connect() as conn, closing(conn.SimpleQueue("reject")) as q:
+        q.put("bad")
+        q.get(timeout=2).reject(requeue=False)
+        wait_for(lambda: not stored(), what="rejected row deleted")
+
+
+def test_closing_a_connection_releases_unacked_messages_at_once(kombu_connect: Connect,
+                                                                stored: Stored):
+    """A consumer that goes away cleanly hands its messages back now, not after the lease."""
+    first = kombu_connect()
+    q1 = first.SimpleQueue("handover")
+    q1.put("m")
+    assert q1.get(timeout=2).payload == "m"
+    first.release()
+    [row] = stored()
+    assert row["lockUuid"] is None
+    with kombu_connect() as conn, closing(conn.SimpleQueue("handover")) as q2:
+        again = q2.get(timeout=2)  # acquire_timeout is 30 s: only the release explains this
+        assert again.payload == "m" and again.delivery_info["redelivered"]
+        again.ack()
+    assert not stored()
+
+
+def test_no_ack_consumer_deletes_on_delivery(kombu_connect: Connect, stored: Stored):
+    queue = kombu.Queue("noack", routing_key="noack")
+    received: list[Any] = []
+    with kombu_connect() as conn:
+        kombu.Producer(conn.default_channel).publish("x", routing_key="noack", declare=[queue])
+        with kombu.Consumer(conn, [queue], no_ack=True,
+                            callbacks=[lambda body, m: received.append(body)]):
+            conn.drain_events(timeout=2)
+    assert received == ["x"]
+    assert not stored()
+
+
+def test_size_and_purge_count_waiting_rows_only(kombu_connect: Connect, stored: Stored):
+    """In-flight rows are not 'in the queue' (kombu semantics) and survive a purge."""
+    with kombu_connect() as conn:
+        queue = kombu.Queue("sized", routing_key="sized")(conn.default_channel)
+        producer = kombu.Producer(conn.default_channel)
+        for i in range(3):
+            producer.publish(i, routing_key="sized", declare=[queue])
+        held = queue.get()  # basic_get: exactly one message leaves the queue
+        assert held is not None
+        assert queue.queue_declare(passive=True).message_count == 2  # exists: rows wait
+        assert queue.purge() == 2
+        assert queue.queue_declare().message_count == 0  # passive: 404 once empty, as Redis
+        [row] = stored()
+        assert row["lockUuid"] is not None
+        held.ack()
+    assert not stored()  # closing flushed the ack
+
+
+def test_basic_get_ack_is_applied_while_the_channel_stays_open(kombu_connect: Connect,
+                                                               stored: Stored):
+    """An acked basic_get message must be deleted, not redelivered when its lease runs out."""
+    with kombu_connect(acquire_timeout=1) as conn:
+        queue = kombu.Queue("got", routing_key="got")(conn.default_channel)
+        kombu.Producer(conn.default_channel).publish("once", routing_key="got", declare=[queue])
+        message = queue.get()
+        assert message is not None and message.payload == "once"
+        message.ack()
+        wait_for(lambda: not stored(), timeout=3, what="the acked row to be deleted")
+        assert queue.get() is None
+
+
+def test_fanout_reaches_a_queue_bound_by_another_connection(kombu_connect: Connect):
+    """Bindings live in the database, so a producer that never declared the queue routes to it."""
+    exchange = kombu.Exchange("fan", type="fanout")
+    queue = kombu.Queue("fan-listener", exchange=exchange)
+    received: list[Any] = []
+    with kombu_connect() as consumer_conn, kombu_connect() as producer_conn:
+        with kombu.Consumer(consumer_conn, [queue],
+                            callbacks=[lambda body, m: (received.append(body), m.ack())]):
+            kombu.Producer(producer_conn.default_channel, exchange=exchange).publish("hello")
+            consumer_conn.drain_events(timeout=3)
+    assert received == ["hello"]
+
+
+def test_acks_from_many_threads_are_all_applied(kombu_connect: Connect, stored: Stored):
+    """Acks are batched per channel; acking from worker threads must lose none."""
+    n = 60
+    with kombu_connect() as conn, closing(conn.SimpleQueue("threads")) as q:
+        for i in range(n):
+            q.put(i)
+        got = [q.get(timeout=2) for _ in range(n)]
+        chunks = [got[i::4] for i in range(4)]
+        threads = [threading.Thread(target=lambda c=c: [m.ack() for m in c]) for c in chunks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wait_for(lambda: not stored(), what="all threaded acks applied")
+    assert sorted(m.payload for m in got) == list(range(n))
