@@ -1,0 +1,84 @@
+"""``delayq spark-report``: the queue table read by Spark, as backlog/overdue/redelivery tables.
+
+Imported by ``delayq`` on every start (``cli.PLUGIN_MODULES``), so this module must not import
+pyspark: only the command does, and says which extra to install when it is missing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.table import Table
+
+from .cli import Context, console, register
+
+if TYPE_CHECKING:
+    from .spark import QueueReport
+
+
+def _spark_module() -> Any:
+    try:
+        from . import spark
+    except ImportError as exc:
+        if exc.name is None or not exc.name.startswith("pyspark"):
+            raise
+        raise click.ClickException(
+            "pyspark is not installed: pip install 'delayq[spark]'") from exc
+    return spark
+
+
+def _utc(value: datetime | None) -> str:
+    """PySpark returns naive local datetimes; show them as UTC."""
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Table:
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 or col in ("task", "due hour") else "right")
+    for row in rows or [("(none)",) + ("-",) * (len(columns) - 1)]:
+        table.add_row(*row)
+    return table
+
+
+def render(report: QueueReport, table_name: str) -> list[Table]:
+    backlog = [(r.queue, _utc(r.due_hour), str(r.rows)) for r in report.backlog]
+    late = [(r.queue, str(r.rows), _utc(r.oldest), f"{r.max_lag_s:.1f}") for r in report.overdue]
+    again = [(r.queue, r.task or "-", str(r.rows), _utc(r.first_due)) for r in report.redeliveries]
+    return [
+        _table(f"Backlog of {table_name} by queue and due hour ({report.rows} rows)",
+               ("queue", "due hour", "rows"), backlog),
+        _table("Overdue (due, not picked up)", ("queue", "rows", "oldest due", "max lag s"), late),
+        _table("Redeliveries", ("queue", "task", "rows", "first due"), again),
+    ]
+
+
+@click.command("spark-report")
+@click.option("--master", default="local[2]", show_default=True,
+              help="Spark master, used when no session is active in this process")
+@click.option("--partitions", default=4, show_default=True, type=click.IntRange(1, 1024),
+              help="Parallel range reads of the table")
+@click.pass_obj
+def spark_report_cmd(obj: Context, master: str, partitions: int) -> None:
+    """Backlog per queue and due hour, overdue rows and redeliveries, computed with Spark."""
+    spark_mod = _spark_module()
+    from pyspark.sql import SparkSession
+
+    url = obj.require_url()
+    active = SparkSession.getActiveSession()
+    session = active or spark_mod.local_session("delayq-spark-report", master=master)
+    try:
+        df = spark_mod.queue_dataframe(session, url, obj.table, num_partitions=partitions)
+        report = spark_mod.queue_report(df, datetime.now(UTC))
+    finally:
+        if active is None:  # never stop a session the caller owns
+            session.stop()
+    for table in render(report, obj.table):
+        console.print(table)
+
+
+register(spark_report_cmd)
