@@ -7,7 +7,6 @@ registers the ``delayq+postgresql://`` broker URL with kombu when imported.
 from __future__ import annotations
 
 # ruff: noqa: E402
-
 from kombu.transport import TRANSPORT_ALIASES
 
 # The one step next to ``broker_url``: importing delayq teaches kombu the ``delayq+`` scheme.

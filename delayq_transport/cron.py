@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -94,12 +93,16 @@ class DailySchedule:
     hours_of_day: tuple[time, ...]
     zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("UTC"))
 
+    def __post_init__(self) -> None:
+        if not self.hours_of_day:  # occurrences() would loop forever looking for one
+            raise InvalidInput("a DailySchedule needs at least one time of day")
+
     def occurrences(self, after: datetime, until: datetime) -> list[datetime]:
         local_day = after.astimezone(self.zone).date() - timedelta(days=1)
         result: list[datetime] = []
         while True:
             for t in sorted(self.hours_of_day):
-                wall = datetime.combine(local_day, t.replace(tzinfo=None), fold=0)
+                wall = datetime.combine(local_day, t.replace(tzinfo=None, fold=0))
                 at = wall.replace(tzinfo=self.zone)
                 at = at.astimezone(ZoneInfo("UTC"))
                 if at > after and at not in result:
@@ -253,8 +256,9 @@ class CronService:
 
 def periodic_times(now: datetime, period: timedelta, horizon: timedelta) -> list[datetime]:
     """Multiples of ``period`` (epoch-aligned) in ``(now, now + horizon]``."""
-    period_ms = int(period.total_seconds() * 1000)
+    period_ms = period // timedelta(milliseconds=1)
     now_ms = to_ms(now, what="now")
     first = (now_ms // period_ms + 1) * period_ms
-    count = max(1, math.floor(horizon.total_seconds() * 1000 / period_ms))
+    last = now_ms + horizon // timedelta(milliseconds=1)
+    count = max(1, (last - first) // period_ms + 1)  # every multiple up to now + horizon
     return [from_ms(first + i * period_ms) for i in range(count)]

@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from .db import Database
-from .queries import Queries, validate_table_name
+from .queries import MIGRATIONS_TABLE, Queries, validate_table_name
 
 log = logging.getLogger(__name__)
 _DIALECT = postgresql.dialect()
@@ -125,7 +125,9 @@ def migrate(db: Database, table: str) -> list[int]:
 
     def work(conn: psycopg.Connection[Any]) -> list[int]:
         with conn.transaction():
-            conn.execute(q["migrations_lock"], {"lock_key": _lock_key(table)})
+            # One lock for every table: they share the ledger, whose CREATE TABLE IF NOT EXISTS
+            # races (duplicate pg_type) when two tables migrate at once on a fresh database.
+            conn.execute(q["migrations_lock"], {"lock_key": _lock_key(MIGRATIONS_TABLE)})
             conn.execute(q["migrations_ensure"])
             done = {row[0] for row in conn.execute(q["migrations_applied"], {"table_name": table})}
             applied = []

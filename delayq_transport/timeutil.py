@@ -10,17 +10,20 @@ from datetime import UTC, datetime, timedelta
 
 from .errors import InvalidInput
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 def to_ms(value: datetime, *, what: str = "datetime") -> int:
     if not isinstance(value, datetime):
         raise InvalidInput(f"{what} must be a timezone-aware datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
         raise InvalidInput(f"{what} must be timezone-aware, got naive {value.isoformat()}")
-    return int(value.timestamp() * 1000)
+    # Exact integer arithmetic: int(timestamp() * 1000) truncates 2.156 s to 2155 ms.
+    return (value - EPOCH) // timedelta(milliseconds=1)
 
 
 def from_ms(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return EPOCH + timedelta(milliseconds=ms)
 
 
 def duration_ms(value: timedelta | float | int, *, what: str = "duration") -> int:
@@ -28,4 +31,4 @@ def duration_ms(value: timedelta | float | int, *, what: str = "duration") -> in
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if seconds < 0:
         raise InvalidInput(f"{what} must not be negative, got {seconds} s")
-    return int(seconds * 1000)
+    return round(seconds * 1000)  # round, not int(): 2.156 * 1000 is 2155.9999...

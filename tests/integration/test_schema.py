@@ -1,0 +1,204 @@
+"""The schema: idempotent (and concurrent) migrations, migrated == declared, custom table names,
+the dequeue statement's index use, and NOTIFY wake-ups."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from _workers import MP, WAIT_S, run_migrate
+from conftest import create_database, drop_database
+from sqlalchemy import MetaData, Table, create_engine, inspect
+from sqlalchemy.dialects import postgresql
+
+from delayq_transport import Database, DelayedQueue, Offer, migrate
+from delayq_transport.queries import Queries, notify_channel
+from delayq_transport.schema import MIGRATIONS, current_version, queue_table
+
+
+@pytest.fixture
+def empty_db() -> Iterator[str]:
+    """A database without delayq's schema (not copied from the migrated template)."""
+    name = f"delayq_e_{uuid.uuid4().hex[:12]}"
+    url = create_database(name)
+    yield url
+    drop_database(name)
+
+
+# -- migrations --------------------------------------------------------------------------------
+
+
+def test_migrate_is_idempotent(empty_db: str) -> None:
+    versions = [m.version for m in MIGRATIONS]
+    with Database(empty_db, max_size=1) as db:
+        assert current_version(db, "delayed_queue") == 0
+        assert migrate(db, "delayed_queue") == versions
+        assert migrate(db, "delayed_queue") == []
+        assert current_version(db, "delayed_queue") == max(versions)
+    with DelayedQueue(empty_db) as q:  # construction migrates again: still nothing to do
+        q.offer("k", b"x")
+        assert q.try_poll().ack()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tables", [["delayed_queue"] * 4, ["q_one", "q_two"] * 2])
+def test_concurrent_migrate_on_a_fresh_database(empty_db: str, tables: list[str]) -> None:
+    barrier, out = MP.Barrier(len(tables)), MP.Queue()
+    procs = [MP.Process(target=run_migrate, args=(empty_db, t, barrier, out)) for t in tables]
+    for p in procs:
+        p.start()
+    errors = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(WAIT_S)
+    assert errors == [None] * len(tables)
+    with Database(empty_db, max_size=1) as db:
+        for table in set(tables):
+            assert current_version(db, table) == max(m.version for m in MIGRATIONS)
+            assert migrate(db, table) == []
+
+
+# -- migrated schema == declared schema --------------------------------------------------------
+
+
+def sqlalchemy_url(url: str) -> str:
+    return url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def describe_declared(table: Table) -> dict[str, Any]:
+    dialect = postgresql.dialect()
+    return {
+        "columns": [(c.name, c.type.compile(dialect), c.nullable) for c in table.columns],
+        "pk": [c.name for c in table.primary_key.columns],
+        "indexes": sorted(
+            (i.name, [c.name for c in i.columns], bool(i.unique)) for i in table.indexes
+        ),
+    }
+
+
+def describe_reflected(url: str, name: str) -> dict[str, Any]:
+    engine = create_engine(sqlalchemy_url(url))
+    try:
+        insp, dialect = inspect(engine), postgresql.dialect()
+        return {
+            "columns": [(c["name"], c["type"].compile(dialect), c["nullable"])
+                        for c in insp.get_columns(name)],
+            "pk": insp.get_pk_constraint(name)["constrained_columns"],
+            "indexes": sorted(
+                (i["name"], i["column_names"], bool(i["unique"])) for i in insp.get_indexes(name)
+            ),
+        }
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("table", ["delayed_queue", "Custom_Jobs_2"])
+def test_migrated_schema_equals_declared(database_url: str, table: str) -> None:
+    DelayedQueue(database_url, table=table).close()
+    declared = describe_declared(queue_table(table, MetaData()))
+    assert describe_reflected(database_url, table) == declared
+    assert [name for name, _, _ in declared["indexes"]] == [
+        f"{table}__KindPlusScheduledAtIndex",
+        f"{table}__LockUuidPlusIdIndex",
+        f"{table}__PKeyPlusKindUniqueIndex",
+    ]
+    assert declared["columns"][1:3] == [("pKey", "VARCHAR(200)", False),
+                                        ("pKind", "VARCHAR(100)", False)]
+
+
+def test_custom_table_is_separate(database_url: str) -> None:
+    with DelayedQueue(database_url, kind="k", table="other_jobs") as custom, \
+            DelayedQueue(database_url, kind="k") as default:
+        custom.offer("x", b"custom")
+        default.offer("x", b"default")
+        assert custom.try_poll().payload == b"custom"
+        assert custom.try_poll() is None
+        assert default.get("x").payload == b"default" and not default.get("x").in_flight
+
+
+# -- the dequeue statement uses its index -----------------------------------------------------
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)
+
+
+@pytest.mark.slow
+def test_try_poll_many_uses_the_kind_scheduled_index(database_url: str) -> None:
+    q = Queries("delayed_queue")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("""
+            INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt",
+                                       "scheduledAtInitially", "createdAt")
+            SELECT 'k' || i, CASE WHEN i % 5 = 0 THEN 'other' ELSE 'test' END, '\\x00',
+                   t, t, 0
+            FROM generate_series(1, 50000) AS i,
+                 LATERAL (SELECT CASE WHEN i <= 5 THEN 1000 ELSE 9e15::bigint + i END AS t) AS s
+        """)
+        conn.execute("ANALYZE delayed_queue")
+        params = {"kinds": ["test", "other"], "limit": 100, "lock": "L", "lease_ms": 60_000,
+                  "now": None}
+        row = conn.execute("EXPLAIN (FORMAT JSON) " + q["try_poll_many"], params).fetchone()
+        nodes = list(plan_nodes(row[0][0]["Plan"]))
+        on_queue = [(n["Node Type"], n.get("Index Name")) for n in nodes
+                    if n.get("Relation Name") == "delayed_queue"]
+        assert ("Seq Scan", None) not in on_queue, json.dumps(row[0], indent=1)
+        assert any(name == "delayed_queue__KindPlusScheduledAtIndex" for _, name in on_queue)
+        got = conn.execute(q["try_poll_many"], params).fetchall()
+        assert sorted(r[1] for r in got) == ["k1", "k2", "k3", "k4", "k5"]
+
+
+# -- NOTIFY wake-ups ---------------------------------------------------------------------------
+
+
+class Listener:
+    """A LISTENing connection; ``until`` collects notifications up to a sentinel payload."""
+
+    def __init__(self, url: str, table: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.conn.execute(Queries(table)["listen"])
+        self.channel = notify_channel(table)
+
+    def until(self, sentinel_kind: str) -> list[str]:
+        got: list[str] = []
+        for note in self.conn.notifies(timeout=WAIT_S):
+            assert note.channel == self.channel
+            if note.payload.startswith(f"{sentinel_kind}:"):
+                return got
+            got.append(note.payload)
+        raise AssertionError(f"no sentinel notification; got {got}")
+
+
+@pytest.mark.parametrize("table", ["delayed_queue", "jobs2"])
+def test_notify_on_insert_and_release_only(database_url: str, table: str) -> None:
+    listener = Listener(database_url, table)
+    with DelayedQueue(database_url, kind="test", table=table, acquire_timeout=60) as q:
+        sentinel = q.with_kind("sentinel")
+
+        def notes_after(action: Any) -> list[str]:
+            action()
+            sentinel.offer(uuid.uuid4().hex, b"")
+            return listener.until("sentinel")
+
+        now = q.now()
+        at = [now - timedelta(seconds=s) for s in (3, 2, 1)]
+        ms = [int(a.timestamp() * 1000) for a in at]
+        assert notes_after(lambda: q.offer("a", b"", at[2])) == [f"test:{ms[2]}"]
+        batch = [Offer("b", b"", at[1]), Offer("c", b"", at[0])]
+        assert notes_after(lambda: q.offer_batch(batch)) == [f"test:{ms[0]}"], "one per batch"
+        assert notes_after(lambda: q.with_kind("two").offer_batch(batch)) == [f"two:{ms[0]}"]
+        held: list[Any] = []
+        assert notes_after(lambda: held.extend(q.try_poll_many(3))) == [], "acquire is silent"
+        assert notes_after(lambda: q.extend_lease([held[0].lock])) == [], "extension is silent"
+        assert notes_after(lambda: q.offer("a", b"", at[2], can_update=False)) == []
+        assert notes_after(lambda: held[0].ack()) == []
+        released = notes_after(lambda: q.release(held[1:]))
+        # PostgreSQL folds identical payloads of one transaction into one notification.
+        assert set(released) == {f"test:{q.get(e.key).scheduled_at_ms}" for e in held[1:]}
+    listener.conn.close()
