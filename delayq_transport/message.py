@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import uuid
 from bisect import bisect
@@ -168,3 +169,60 @@ def task_message(
             "delivery_tag": str(uuid.uuid4()),
         },
     }
+
+
+#: Placeholders the encoder substitutes; chosen so they cannot occur in a real message.
+_SLOTS = ("body", "id", "root_id", "eta", "argsrepr", "kwargsrepr", "correlation_id",
+          "delivery_tag")
+_SLOT_RE = re.compile('"@@delayq:(' + "|".join(_SLOTS) + ')@@"')
+_EMBED_JSON = json.dumps({"callbacks": None, "errbacks": None, "chain": None, "chord": None})
+
+
+class TaskMessageEncoder:
+    """Encodes many messages of one task, fast: the constant JSON is built once.
+
+    ``encode(...)`` returns the same stored payload as ``encode(task_message(...))`` (equal once
+    decoded) at a fraction of the cost, which is what bulk producers (the Spark pipeline) spend
+    their time on.
+    """
+
+    def __init__(self, task: str, **options: Any) -> None:
+        template = task_message(task, (), {}, **options)
+        template["body"] = "@@delayq:body@@"
+        headers, props = template["headers"], template["properties"]
+        for name in ("id", "root_id", "eta", "argsrepr", "kwargsrepr"):
+            headers[name] = f"@@delayq:{name}@@"
+        props["correlation_id"] = "@@delayq:correlation_id@@"
+        props["delivery_tag"] = "@@delayq:delivery_tag@@"
+        parts = _SLOT_RE.split(kombu_dumps(template))
+        self._literals = parts[0::2]
+        self._slots = parts[1::2]
+
+    def encode(
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        task_id: str,
+        eta: datetime | None = None,
+        delivery_tag: str | None = None,
+    ) -> bytes:
+        try:
+            body = f"[{json.dumps(list(args))}, {json.dumps(dict(kwargs))}, {_EMBED_JSON}]"
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"task arguments are not JSON-serialisable: {exc}") from exc
+        values = {
+            "body": base64.b64encode(body.encode()).decode(),
+            "id": task_id,
+            "root_id": task_id,
+            "eta": _iso(eta, "eta"),
+            "argsrepr": repr(tuple(args))[:1024],
+            "kwargsrepr": repr(dict(kwargs))[:1024],
+            "correlation_id": task_id,
+            "delivery_tag": delivery_tag or str(uuid.uuid4()),
+        }
+        out = [self._literals[0]]
+        for slot, literal in zip(self._slots, self._literals[1:], strict=True):
+            out.append(json.dumps(values[slot]))
+            out.append(literal)
+        return "".join(out).encode()

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as dtime
 from decimal import Decimal
-from functools import partial
+from functools import cache, partial
 from itertools import islice
 from typing import Any, NamedTuple
 
@@ -424,13 +424,21 @@ def _prepare(plan: _Plan, row: Row) -> Offer | BadRow:
                   for j, name in enumerate(plan.kwarg_names)}
         key = _row_key(plan, row, args, kwargs, eta_token)
         at = _at(at_ms)
-        msg = message.task_message(plan.task, args, kwargs, task_id=key, eta=at, queue=plan.queue,
-                                   priority=plan.priority, origin=plan.origin)
+        # The delivery tag is content-derived, so an unchanged row re-offered with
+        # on_conflict="update" is IGNORED.
+        payload = _encoder(plan.task, plan.queue, plan.priority, plan.origin).encode(
+            args, kwargs, task_id=key, eta=at, delivery_tag=uuid5(f"{plan.kind}\x00{key}"))
     except (InvalidInput, TypeError, ValueError, OverflowError) as exc:
         return BadRow(str(exc), _describe(plan, row))
-    # Content-derived, so an unchanged row re-offered with on_conflict="update" is IGNORED.
-    msg["properties"]["delivery_tag"] = uuid5(f"{plan.kind}\x00{key}")
-    return Offer(key, message.encode(msg), at)
+    return Offer(key, payload, at)
+
+
+@cache
+def _encoder(
+    task: str, queue: str, priority: int | None, origin: str
+) -> message.TaskMessageEncoder:
+    """One per task and executor process: the message skeleton is serialised once."""
+    return message.TaskMessageEncoder(task, queue=queue, priority=priority, origin=origin)
 
 
 def _row_eta(plan: _Plan, row: Row) -> tuple[int, int | str]:
