@@ -7,6 +7,7 @@ the beat tables' migration, so ``delayq migrate`` creates them.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -45,7 +46,7 @@ def _queue_text(kind: str) -> str:
     return f"{queue} p{priority}" if priority else queue
 
 
-def _schedule_text(definition: dict[str, Any] | None) -> str:
+def _schedule_text(definition: Mapping[str, Any] | None) -> str:
     if not definition:
         return ""
     sched = definition.get("schedule") or {}

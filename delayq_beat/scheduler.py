@@ -94,13 +94,15 @@ class Scheduler(beat.Scheduler):
         self._warned_tasks: set[str] = set()
         self.last_report: RefreshReport | None = None
         super().__init__(app, *args, **kwargs)
-        self.max_interval = min(self.max_interval, self.settings.refresh_interval.total_seconds())
+        self.max_interval: float = min(
+            float(self.max_interval), self.settings.refresh_interval.total_seconds()
+        )
 
     # -- celery.beat.Scheduler interface ----------------------------------------------
 
     def setup_schedule(self) -> None:
         """Read beat_schedule entry by entry (one bad entry never stops the others)."""
-        self.data = {}
+        self.data: dict[str, Any] = {}
         self.install_default_entries(self.data)
         for name, raw in (self.app.conf.beat_schedule or {}).items():
             try:

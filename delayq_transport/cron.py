@@ -166,7 +166,8 @@ class CronService:
         offers = [Offer(cron_key(prefix, hash_, m.scheduled_at), m.payload, m.scheduled_at)
                   for m in messages]
         q = self.queue
-        deleted = q.db.execute(q.queries["cron_delete_other_configs"], self._patterns(prefix, hash_))
+        patterns = self._patterns(prefix, hash_)
+        deleted = q.db.execute(q.queries["cron_delete_other_configs"], patterns)
         if deleted:
             log.info("delayq: cron %s switched to config %s (%d old rows removed)",
                      prefix, hash_, deleted)

@@ -144,7 +144,8 @@ def _run(queue: DelayedQueue, url: str, env: dict[str, str]) -> None:
                 break
             time.sleep(0.1)
     done = sum(t.state == "done" for t in tasks)
-    console.print(f"{done}/{len(tasks)} tasks done; the worker never held a task before it was due.")
+    console.print(f"{done}/{len(tasks)} tasks done; "
+                  "the worker never held a task before it was due.")
     if done != len(tasks):
         raise click.ClickException("demo did not finish in time; see the worker log")
 

@@ -37,7 +37,9 @@ def validate_key(key: object, *, what: str = "key", limit: int = MAX_KEY_CHARS) 
     if not isinstance(key, str) or not key:
         raise InvalidInput(f"{what} must be a non-empty str, got {key!r}")
     if len(key) > limit:
-        raise InvalidInput(f"{what} is {len(key)} characters, the limit is {limit}: {key[:40]!r}...")
+        raise InvalidInput(
+            f"{what} is {len(key)} characters, the limit is {limit}: {key[:40]!r}..."
+        )
     if "\x00" in key:
         raise InvalidInput(f"{what} must not contain NUL characters: {key!r}")
     return key
@@ -99,7 +101,9 @@ class DelayedQueue:
             raise InvalidInput("acquire_timeout must be positive")
         self.clock = clock
         self._owns_db = isinstance(database, str)
-        self.db = Database(database, max_size=pool_max_size) if isinstance(database, str) else database
+        self.db = (
+            Database(database, max_size=pool_max_size) if isinstance(database, str) else database
+        )
         if ensure_schema:
             try:
                 migrate(self.db, table)
@@ -211,7 +215,9 @@ class DelayedQueue:
                     return OfferOutcome.UPDATED
         raise DatabaseError(f"offer({params['key']!r}) lost {MAX_CAS_ATTEMPTS} compare-and-swaps")
 
-    def _too_close(self, conn: psycopg.Connection[Any], params: dict[str, Any], lead_ms: int) -> bool:
+    def _too_close(
+        self, conn: psycopg.Connection[Any], params: dict[str, Any], lead_ms: int
+    ) -> bool:
         now = conn.execute(self.queries["db_now"], params).fetchone()
         assert now is not None
         at = params["scheduled_at"]
@@ -255,12 +261,18 @@ class DelayedQueue:
                 created.discard(p["key"])  # a repeat of this key in the batch is not "created"
                 outcomes.append(OfferOutcome.CREATED)
             elif can_update:
-                outcomes.append(
-                    self.db.run(lambda conn, p=p: self._offer_on(conn, p, True, lead_ms))
-                )
+                outcomes.append(self._offer_existing(p, lead_ms))
             else:
                 outcomes.append(OfferOutcome.IGNORED)
         return outcomes
+
+    def _offer_existing(self, params: dict[str, Any], lead_ms: int | None) -> OfferOutcome:
+        """The one-by-one fallback of offer_batch for keys that already had a row."""
+
+        def work(conn: psycopg.Connection[Any]) -> OfferOutcome:
+            return self._offer_on(conn, params, True, lead_ms)
+
+        return self.db.run(work)
 
     # -- poll / ack -------------------------------------------------------------------
 
@@ -277,16 +289,16 @@ class DelayedQueue:
         """
         if n <= 0:
             return []
+        lock = str(uuid.uuid4())
         params = {
             "kinds": self._kinds(kinds),
             "limit": n,
-            "lock": str(uuid.uuid4()),
+            "lock": lock,
             "lease_ms": self.lease_ms,
             "now": self._now_ms(),
         }
         rows = self.db.fetchall(self.queries["try_poll_many"], params)
         rows.sort(key=lambda r: (r[7], r[4], r[0]))
-        lock = params["lock"]
         ack = self.ack
         return [
             Envelope(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], lock, r[4] > r[5], ack)

@@ -42,7 +42,7 @@ from datetime import time as dtime
 from decimal import Decimal
 from functools import cache, partial
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from pyspark import Accumulator, AccumulatorParam, SparkContext
 from pyspark.errors import AnalysisException
@@ -230,7 +230,8 @@ def schedule_tasks(
     kwargs = dict(kwargs or {})
     _check_options(task, queue, priority, on_conflict, past_eta, chunk_size, table, kwargs)
     countdown_ms = _countdown_ms(eta)
-    projected = _project(df, None if countdown_ms is not None else eta, key, args, kwargs)
+    eta_column = None if countdown_ms is not None else cast("str | Column", eta)
+    projected = _project(df, eta_column, key, args, kwargs)
     kind = message.kind_for(queue, priority)
     plan = _Plan(
         database_url=database_url, table=table, task=task, queue=queue, priority=priority,
@@ -346,7 +347,7 @@ def _refuse_past_etas(projected: DataFrame, plan: _Plan) -> None:
 
 
 def _past_etas(plan: _Plan, rows: Iterable[Row]) -> Iterator[tuple[int, list[BadRow]]]:
-    count, sample = 0, []
+    count, sample = 0, list[BadRow]()
     for row in rows:
         try:
             ms = eta_ms(row[0])

@@ -6,6 +6,7 @@ pyspark: only the command does, and says which extra to install when it is missi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,7 @@ def _utc(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Table:
+def _table(title: str, columns: tuple[str, ...], rows: Sequence[tuple[Any, ...]]) -> Table:
     table = Table(title=title)
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 or col in ("task", "due hour") else "right")

@@ -49,6 +49,7 @@ import select
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from functools import cache
 from itertools import count
@@ -110,6 +111,9 @@ def _parse_tag(tag: str) -> tuple[int, str]:
 class QoS(virtual.QoS):
     """Acks delete rows (batched, from any thread); rejects and restores release them in place."""
 
+    _delivered: OrderedDict[str, Any]  # type: ignore[assignment]
+    channel: DelayqChannel
+
     def ack(self, delivery_tag: str) -> None:
         self.channel._forget(delivery_tag, ack=True)
         super().ack(delivery_tag)
@@ -147,8 +151,9 @@ class Backend:
     _registry: dict[tuple[int, str, str], Backend] = {}
     _registry_lock = threading.Lock()
 
-    def __init__(self, url: str, options: dict[str, Any]) -> None:
+    def __init__(self, url: str, options: dict[str, Any], key: tuple[int, str, str]) -> None:
         self.url = url
+        self._key = key
         self.table = options.get("table", "delayed_queue")
         self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)))
         try:
@@ -170,9 +175,8 @@ class Backend:
         with cls._registry_lock:
             backend = cls._registry.get(key)
             if backend is None:
-                backend = cls._registry[key] = Backend(url, options)
+                backend = cls._registry[key] = Backend(url, options, key)
             backend.users += 1
-            backend._key = key
             return backend
 
     def release(self) -> None:
@@ -187,13 +191,13 @@ class Backend:
         return self.queue.queries
 
 
-class Channel(virtual.Channel):
+class DelayqChannel(virtual.Channel):
     """Storage primitives on the queue table; routing and QoS come from the virtual base."""
 
     QoS = QoS
     supports_fanout = True
     do_restore = True
-    from_transport_options = virtual.Channel.from_transport_options + (
+    from_transport_options = virtual.Channel.from_transport_options + (  # type: ignore[assignment]
         "acquire_timeout", "batch_size", "max_message_size", "binding_ttl", "priority_steps",
     )
 
@@ -263,7 +267,8 @@ class Channel(virtual.Channel):
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         if queue in self.state.queue_index or self._size(queue):
             return True
-        return bool(self.backend.db.fetchall(self.backend.q["bindings_has_queue"], {"queue": queue}))
+        rows = self.backend.db.fetchall(self.backend.q["bindings_has_queue"], {"queue": queue})
+        return bool(rows)
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
         self._purge(queue)
@@ -428,18 +433,19 @@ class Channel(virtual.Channel):
 class Transport(virtual.Transport):
     """kombu transport whose broker is a PostgreSQL table."""
 
-    Channel = Channel
+    Channel = DelayqChannel
+    channels: list[DelayqChannel]  # type: ignore[assignment]
 
-    default_port = 5432
+    default_port = 5432  # type: ignore[assignment]
     driver_type = "postgresql"
     driver_name = "psycopg"
     polling_interval = DEFAULT_POLLING_INTERVAL_S
     ack_flush_interval = DEFAULT_ACK_FLUSH_INTERVAL_S
 
-    connection_errors = virtual.Transport.connection_errors + (
+    connection_errors = virtual.Transport.connection_errors + (  # type: ignore[assignment]
         DatabaseUnavailable, psycopg.OperationalError, socket.error,
     )
-    channel_errors = virtual.Transport.channel_errors + (DatabaseError,)
+    channel_errors = virtual.Transport.channel_errors + (DatabaseError,)  # type: ignore[assignment]
 
     implements = virtual.Transport.implements.extend(
         asynchronous=True,
@@ -504,19 +510,19 @@ class Transport(virtual.Transport):
 
     # -- channel bookkeeping ---------------------------------------------------------------
 
-    def _consuming(self) -> list[Channel]:
+    def _consuming(self) -> list[DelayqChannel]:
         return [c for c in self.channels if c._active_queues and not c.closed]
 
     def _consumed_kinds(self) -> set[str]:
         return {k for c in self._consuming() for q in c._active_queues for k in c._kinds(q)}
 
-    def _consuming_started(self, channel: Channel) -> None:
+    def _consuming_started(self, channel: DelayqChannel) -> None:
         self._dirty = True
         self._ensure_listener()
         self._ensure_maintenance()
         self._touch_bindings()
 
-    def _channel_closed(self, channel: Channel) -> None:
+    def _channel_closed(self, channel: DelayqChannel) -> None:
         if not self._consuming():
             self._close_listener()
 
@@ -562,7 +568,9 @@ class Transport(virtual.Transport):
         wait = self._seconds_until_due()
         return wait is not None and wait <= 0
 
-    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+    def drain_events(  # type: ignore[override]
+        self, connection: Any, timeout: float | None = None
+    ) -> None:
         """Blocking consume without an event loop: wait on NOTIFY, the due timer or fallback."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -619,7 +627,7 @@ class Transport(virtual.Transport):
             conn.close()
 
     def _reset_listener(self) -> None:
-        """The LISTEN connection broke (server restart): reconnect and poll in case we missed one."""
+        """The LISTEN connection broke (server restart): reconnect, and poll for what we missed."""
         self._close_listener()
         self._dirty = True
         if self._consuming():
@@ -730,8 +738,9 @@ class Transport(virtual.Transport):
                 log.warning("delayq: maintenance failed, will retry: %s", exc)
 
     def _extend_leases(self) -> None:
-        locks = set().union(*(c.held_locks() for c in list(self.channels))) if self.channels \
-            else set()
+        locks: set[str] = set()
+        for channel in list(self.channels):
+            locks |= channel.held_locks()
         if locks:
             self.backend.queue.extend_lease(locks)
 
@@ -752,8 +761,9 @@ class Transport(virtual.Transport):
             super().close_connection(connection)
         finally:
             self._stop.set()
-            if self._maintenance is not None and self._maintenance is not threading.current_thread():
-                self._maintenance.join(timeout=5)
+            maintenance = self._maintenance
+            if maintenance is not None and maintenance is not threading.current_thread():
+                maintenance.join(timeout=5)
             self._close_listener()
             if self._kick is not None:
                 if self._hub is not None:
