@@ -104,18 +104,33 @@ class Database:
         self.retry = retry or RetryPolicy()
         self.connect_timeout_s = connect_timeout_s
         self._probe()
-        self.pool = ConnectionPool(
-            self.url,
-            min_size=min_size,
-            max_size=max(max_size, min_size),
-            kwargs={"autocommit": True, "connect_timeout": int(max(connect_timeout_s, 1))},
-            timeout=connect_timeout_s,
-            open=False,
-            name="delayq",
-        )
-        self.pool.open(wait=False)
+        self._sizes = (min_size, max(max_size, min_size))
+        self.pool = self._make_pool("delayq")
+        self._relaxed_pool: ConnectionPool | None = None
         self._closed = False
         self._lock = threading.Lock()
+
+    def _make_pool(self, name: str, **settings: str) -> ConnectionPool:
+        kwargs: dict[str, Any] = {"autocommit": True,
+                                  "connect_timeout": int(max(self.connect_timeout_s, 1))}
+        if settings:
+            kwargs["options"] = " ".join(f"-c {k}={v}" for k, v in settings.items())
+        pool = ConnectionPool(self.url, min_size=self._sizes[0], max_size=self._sizes[1],
+                              kwargs=kwargs, timeout=self.connect_timeout_s, open=False, name=name)
+        pool.open(wait=False)
+        return pool
+
+    @property
+    def relaxed_pool(self) -> ConnectionPool:
+        """Connections whose commits do not wait for the WAL flush.
+
+        Only for statements whose loss in a server crash is a redelivery, which at-least-once
+        already allows (acquire, ack, lease extension, release) - never for publishing.
+        """
+        with self._lock:
+            if self._relaxed_pool is None:
+                self._relaxed_pool = self._make_pool("delayq-relaxed", synchronous_commit="off")
+            return self._relaxed_pool
 
     def _probe(self) -> None:
         """Connect once up front so a bad URL or a down server fails fast with libpq's reason."""
@@ -133,15 +148,23 @@ class Database:
         except psycopg.Error as exc:
             raise translate(exc, self.url) from exc
 
-    def run(self, work: Callable[[psycopg.Connection[Any]], T], *, idempotent: bool = True) -> T:
+    def run(
+        self,
+        work: Callable[[psycopg.Connection[Any]], T],
+        *,
+        idempotent: bool = True,
+        relaxed: bool = False,
+    ) -> T:
         """Run ``work`` on a pooled connection, retrying transient failures.
 
         ``work`` owns its transaction (connections are autocommit; use ``conn.transaction()``).
+        ``relaxed`` picks a connection that commits without waiting for the WAL flush.
         """
         delays = self.retry.delays()
+        pool = self.relaxed_pool if relaxed else self.pool
         while True:
             try:
-                with self.pool.connection() as conn:
+                with pool.connection() as conn:
                     return work(conn)
             except TRANSIENT_ERRORS as exc:
                 delay = next(delays, None)
@@ -152,19 +175,23 @@ class Database:
             except psycopg.Error as exc:
                 raise translate(exc, self.url) from exc
 
-    def execute(self, query: str, params: dict[str, Any] | None = None) -> int:
+    def execute(
+        self, query: str, params: dict[str, Any] | None = None, *, relaxed: bool = False
+    ) -> int:
         """Run one statement; return its row count."""
 
         def work(conn: psycopg.Connection[Any]) -> int:
             return conn.execute(query, params).rowcount
 
-        return self.run(work)
+        return self.run(work, relaxed=relaxed)
 
-    def fetchall(self, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    def fetchall(
+        self, query: str, params: dict[str, Any] | None = None, *, relaxed: bool = False
+    ) -> list[tuple[Any, ...]]:
         def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
             return conn.execute(query, params).fetchall()
 
-        return self.run(work)
+        return self.run(work, relaxed=relaxed)
 
     def fetchone(self, query: str, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
         def work(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
@@ -183,6 +210,8 @@ class Database:
             if not self._closed:
                 self._closed = True
                 self.pool.close()
+                if self._relaxed_pool is not None:
+                    self._relaxed_pool.close()
 
     def __enter__(self) -> Database:
         return self

@@ -55,6 +55,8 @@ RETURNING "pKey", "pKind"
 -- Acquire up to `limit` due rows in one statement. Kinds are tried in the order given
 -- (priority buckets); the outer LIMIT stops the lateral scan as soon as enough rows are locked.
 -- The lease is the new scheduledAt; previous_at tells a redelivery from a first delivery.
+-- A last row (id NULL) carries the earliest scheduledAt left over these kinds (leases included),
+-- so a consumer learns when to wake next without a second round trip.
 WITH picked AS (
     SELECT q.id, q."scheduledAt" AS previous_at, k.ord
     FROM unnest(%(kinds)s::text[]) WITH ORDINALITY AS k(kind, ord)
@@ -67,13 +69,26 @@ WITH picked AS (
         FOR UPDATE SKIP LOCKED
     ) AS q
     LIMIT %(limit)s
+),
+acquired AS (
+    UPDATE {table} AS t
+    SET "lockUuid" = %(lock)s, "scheduledAt" = {now} + %(lease_ms)s::bigint
+    FROM picked
+    WHERE t."id" = picked.id
+    RETURNING t."id", t."pKey", t."pKind", t."payload", picked.previous_at,
+              t."scheduledAtInitially", t."createdAt", picked.ord
 )
-UPDATE {table} AS t
-SET "lockUuid" = %(lock)s, "scheduledAt" = {now} + %(lease_ms)s::bigint
-FROM picked
-WHERE t."id" = picked.id
-RETURNING t."id", t."pKey", t."pKind", t."payload", picked.previous_at, t."scheduledAtInitially",
-          t."createdAt", picked.ord
+SELECT a.*, NULL::bigint AS next_due FROM acquired AS a
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+    SELECT min(x.at)
+    FROM unnest(%(kinds)s::text[]) AS k(kind)
+    CROSS JOIN LATERAL (
+        SELECT "scheduledAt" AS at FROM {table}
+        WHERE "pKind" = k.kind AND "id" NOT IN (SELECT id FROM picked)
+        ORDER BY "scheduledAt" LIMIT 1
+    ) AS x
+)
 
 -- ack --
 -- Delete one delivery; a row re-acquired or replaced since then carries another lock and stays.

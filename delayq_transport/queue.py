@@ -92,6 +92,7 @@ class DelayedQueue:
         clock: Clock | None = None,
         ensure_schema: bool = True,
         pool_max_size: int = 8,
+        relaxed_consumer_commits: bool = False,
     ) -> None:
         self.kind = validate_kind(kind)
         self.queries = Queries(table)
@@ -100,6 +101,9 @@ class DelayedQueue:
         if self.lease_ms <= 0:
             raise InvalidInput("acquire_timeout must be positive")
         self.clock = clock
+        #: Acquire/ack/lease/release commit without waiting for the WAL flush: a server crash
+        #: can then only cause redeliveries (at-least-once); publishing stays fully durable.
+        self.relaxed = relaxed_consumer_commits
         self._owns_db = isinstance(database, str)
         self.db = (
             Database(database, max_size=pool_max_size) if isinstance(database, str) else database
@@ -287,8 +291,11 @@ class DelayedQueue:
         ``kinds`` (default: this queue's) are drained in the order given, which is how the
         transport maps priorities. Envelopes come back in delivery order.
         """
-        if n <= 0:
-            return []
+        return self.poll(n, kinds)[0] if n > 0 else []
+
+    def poll(self, n: int, kinds: Sequence[str] | None = None) -> tuple[list[Envelope], int | None]:
+        """``try_poll_many`` plus, from the same statement, the earliest ``scheduledAt`` (epoch
+        ms, leases included) of the rows left: when a consumer should look again."""
         lock = str(uuid.uuid4())
         params = {
             "kinds": self._kinds(kinds),
@@ -297,27 +304,31 @@ class DelayedQueue:
             "lease_ms": self.lease_ms,
             "now": self._now_ms(),
         }
-        rows = self.db.fetchall(self.queries["try_poll_many"], params)
+        rows = self.db.fetchall(self.queries["try_poll_many"], params, relaxed=self.relaxed)
+        next_due = rows.pop()[8]  # the statement's last row: no message, the next due time
         rows.sort(key=lambda r: (r[7], r[4], r[0]))
         ack = self.ack
-        return [
+        envelopes = [
             Envelope(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], lock, r[4] > r[5], ack)
             for r in rows
         ]
+        return envelopes, next_due
 
     def ack(self, envelope: Envelope) -> int:
-        return self.db.execute(self.queries["ack"], {"id": envelope.id, "lock": envelope.lock})
+        params = {"id": envelope.id, "lock": envelope.lock}
+        return self.db.execute(self.queries["ack"], params, relaxed=self.relaxed)
 
     def ack_many(self, deliveries: Iterable[Envelope | tuple[int, str]]) -> int:
         """Delete many deliveries in one statement; each matches only its own (id, lock)."""
         ids, locks = self._pairs(deliveries)
         if not ids:
             return 0
-        return self.db.execute(self.queries["ack_many"], {"ids": ids, "locks": locks})
+        params = {"ids": ids, "locks": locks}
+        return self.db.execute(self.queries["ack_many"], params, relaxed=self.relaxed)
 
     def ack_lock(self, lock: str) -> int:
         """Delete every row still held under ``lock`` (all of one poll)."""
-        return self.db.execute(self.queries["ack_lock"], {"lock": lock})
+        return self.db.execute(self.queries["ack_lock"], {"lock": lock}, relaxed=self.relaxed)
 
     def extend_lease(self, locks: Iterable[str], lease: timedelta | float | None = None) -> int:
         """Push the lease of rows held under ``locks`` to now + lease; returns rows extended."""
@@ -326,7 +337,7 @@ class DelayedQueue:
             return 0
         lease_ms = self.lease_ms if lease is None else duration_ms(lease, what="lease")
         params = {"locks": locks, "lease_ms": lease_ms, "now": self._now_ms()}
-        return self.db.execute(self.queries["extend_lease"], params)
+        return self.db.execute(self.queries["extend_lease"], params, relaxed=self.relaxed)
 
     def release(
         self, deliveries: Iterable[Envelope | tuple[int, str]], delay: timedelta | float = 0
@@ -337,7 +348,7 @@ class DelayedQueue:
             return 0
         params = {"ids": ids, "locks": locks, "delay_ms": duration_ms(delay, what="delay"),
                   "now": self._now_ms()}
-        return self.db.execute(self.queries["release"], params)
+        return self.db.execute(self.queries["release"], params, relaxed=self.relaxed)
 
     @staticmethod
     def _pairs(deliveries: Iterable[Envelope | tuple[int, str]]) -> tuple[list[int], list[str]]:

@@ -34,6 +34,9 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
 * ``ack_flush_interval``: acks are deleted in batches at least this often (default 0.05).
 * ``priority_steps``: priority buckets (default ``[0, 3, 6, 9]``).
 * ``ensure_schema``: create/upgrade the schema on connect (default True).
+* ``durable_acks``: commit acks, leases and releases with a WAL flush (default False). Off,
+  they skip the flush wait, which unblocks the worker's event loop; a PostgreSQL crash can then
+  only redeliver messages (at-least-once). Publishing always waits for the flush.
 * ``database_url``: libpq URL to use instead of the broker URL (e.g. a Unix socket).
 * ``max_message_size``: bytes; larger messages are refused with a clear error (default 64 MiB).
 * ``binding_ttl``: a fanout queue whose consumer has not been seen for this long receives no
@@ -117,6 +120,7 @@ class QoS(virtual.QoS):
     def ack(self, delivery_tag: str) -> None:
         self.channel._forget(delivery_tag, ack=True)
         super().ack(delivery_tag)
+        self.channel.transport._wake()  # room in the prefetch window: poll on the next tick
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         self.channel._forget(delivery_tag, ack=not requeue)
@@ -163,6 +167,7 @@ class Backend:
                 table=self.table,
                 acquire_timeout=float(options.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT_S)),
                 ensure_schema=bool(options.get("ensure_schema", True)),
+                relaxed_consumer_commits=not options.get("durable_acks", False),
             )
         except BaseException:
             self.db.close()
@@ -359,12 +364,13 @@ class DelayqChannel(virtual.Channel):
                 self._held[tag] = (env.id, env.lock)
         return message
 
-    def poll_and_deliver(self) -> tuple[int, bool]:
-        """Take due messages for the active queues; return (delivered, maybe_more)."""
+    def poll_and_deliver(self) -> tuple[int, bool, int | None]:
+        """Take due messages for the active queues: (delivered, maybe more, next due ms)."""
         if not self._active_queues or not self.qos.can_consume():
-            return 0, False
+            return 0, False, None
         want = min(self.qos.can_consume_max_estimate() or self.batch_size, self.batch_size)
-        envs = self._drop_misfired(self.backend.queue.try_poll_many(want, self._poll_kinds()))
+        polled, next_due = self.backend.queue.poll(want, self._poll_kinds())
+        envs = self._drop_misfired(polled)
         no_ack = [e for e in envs if msg.queue_of_kind(e.kind)[0] in self._no_ack_queues]
         if no_ack:
             self.backend.queue.ack_many(no_ack)  # no_ack: delivered means gone
@@ -373,7 +379,7 @@ class DelayqChannel(virtual.Channel):
             queue = msg.queue_of_kind(env.kind)[0]
             deliver(self._to_message(env, queue, ack_needed=queue not in self._no_ack_queues),
                     queue)
-        return len(envs), len(envs) == want
+        return len(envs), len(polled) == want, next_due
 
     def _drop_misfired(self, envs: list[Envelope]) -> list[Envelope]:
         """Beat occurrences that misfired while no worker ran follow their entry's policy, so a
@@ -460,7 +466,8 @@ class Transport(virtual.Transport):
                                                     DEFAULT_ACK_FLUSH_INTERVAL_S))
         self._url = options.get("database_url") or self._url_from_client(client)
         self._backend_opts = {k: options[k] for k in
-                              ("table", "pool_size", "acquire_timeout", "ensure_schema")
+                              ("table", "pool_size", "acquire_timeout", "ensure_schema",
+                               "durable_acks")
                               if k in options}
         self._backend: Backend | None = None
         self._listener: psycopg.Connection[Any] | None = None
@@ -542,18 +549,18 @@ class Transport(virtual.Transport):
             self._dirty = True  # poll as soon as an ack frees room; checking that costs no query
             return None
         self._dirty = False
-        delivered, more = 0, False
+        delivered, more, dues = 0, False, []
         for channel in ready:
-            n, channel_more = channel.poll_and_deliver()
+            n, channel_more, due = channel.poll_and_deliver()
             delivered += n
             more = more or channel_more
+            if due is not None:
+                dues.append(due)
         if more:
             self._dirty = True
         else:
-            kinds = sorted(self._consumed_kinds())
-            due = self.backend.queue.next_due_ms(kinds) if kinds else None
             floor = int((time.time() + SKEW_RETRY_S) * 1000)
-            self._next_due_ms = None if due is None else max(due, floor)
+            self._next_due_ms = max(min(dues), floor) if dues else None
         self._next_fallback = time.monotonic() + self.polling_interval
         return delivered
 

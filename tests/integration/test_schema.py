@@ -151,6 +151,7 @@ def test_try_poll_many_uses_the_kind_scheduled_index(database_url: str) -> None:
         assert ("Seq Scan", None) not in on_queue, json.dumps(row[0], indent=1)
         assert any(name == "delayed_queue__KindPlusScheduledAtIndex" for _, name in on_queue)
         got = conn.execute(q["try_poll_many"], params).fetchall()
+        got = [r for r in got if r[0] is not None]  # the last row only carries next_due
         assert sorted(r[1] for r in got) == ["k1", "k2", "k3", "k4", "k5"]
 
 
