@@ -123,7 +123,11 @@ class QoS(virtual.QoS):
     def ack(self, delivery_tag: str) -> None:
         self.channel._forget(delivery_tag, ack=True)
         super().ack(delivery_tag)
-        self.channel.transport._wake()  # room in the prefetch window: poll on the next tick
+        # Poll again once half the prefetch window is free: one poll then fills several slots,
+        # and the messages still in the window keep the pool busy meanwhile.
+        window = self.prefetch_count
+        if not window or (self.can_consume_max_estimate() or 0) >= max(1, window // 2):
+            self.channel.transport._wake()
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         self.channel._forget(delivery_tag, ack=not requeue)
