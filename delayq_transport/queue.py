@@ -312,7 +312,9 @@ class DelayedQueue:
             "now": self._now_ms(),
         }
         rows = self.db.fetchall(self.queries["try_poll_many"], params, relaxed=self.relaxed)
-        next_due = rows.pop()[8]  # the statement's last row: no message, the next due time
+        # One row of the statement carries no message, only the next due time.
+        next_due = next((r[8] for r in rows if r[0] is None), None)
+        rows = [r for r in rows if r[0] is not None]
         rows.sort(key=lambda r: (r[7], r[4], r[0]))
         ack = self.ack
         envelopes = [

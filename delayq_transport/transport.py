@@ -147,7 +147,8 @@ class QoS(virtual.QoS):
             self.channel.backend.queue.release([_parse_tag(t) for t in tags])
         except (DatabaseUnavailable, DatabaseError) as exc:
             # The leases run out on their own: nothing is lost, only delayed.
-            return [exc]
+            log.warning("delayq: could not release %d unacked message(s); they come back when "
+                        "their lease ends: %s", len(tags), exc)
         return []
 
 
@@ -308,16 +309,6 @@ class DelayqChannel(virtual.Channel):
         rows = self.backend.db.fetchall(self.backend.q["bindings_for_exchange"], params)
         local = self.state.exchanges.get(exchange, {}).get("table", [])
         return list(dict.fromkeys([*local, *(tuple(r) for r in rows)]))
-
-    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
-        """Direct routes this process declared itself resolve in memory (Celery's task publish);
-        topic routes always consult the shared table, since other processes bind to them."""
-        if exchange and exchange in self.state.exchanges and self.typeof(exchange).type == "direct":
-            table = self.state.exchanges[exchange].get("table") or []
-            found = self.typeof(exchange).lookup(table, exchange, routing_key, None)
-            if found:
-                return list(found)
-        return super()._lookup(exchange, routing_key, default)
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str,
                     **kwargs: Any) -> None:

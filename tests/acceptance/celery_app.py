@@ -74,3 +74,56 @@ def flaky(self, arg: object = None, fail_times: int = 1, countdown: float = 1.0)
 @app.task(name="celery_app.noop")
 def noop() -> None:
     return None
+
+
+# -- Routing, beat and rejection knobs for test_transport_{cli,routing,delivery}.py ----------
+# Each is off unless its environment variable is set, so the tests above see the same app.
+
+from celery.exceptions import Reject  # noqa: E402
+from kombu import Exchange, Queue  # noqa: E402
+from kombu.common import Broadcast  # noqa: E402
+
+
+def queues_from_spec(spec: list[dict[str, str]]) -> list[Queue]:
+    """``[{"name", "exchange", "type", "routing_key"}]`` or ``[{"broadcast": name}]`` → Queues.
+
+    Lets a test hand the same exchange/queue layout to worker subprocesses (as JSON in
+    ``DELAYQ_TASK_QUEUES``) and to the app it publishes with.
+    """
+    queues: list[Queue] = []
+    for item in spec:
+        if "broadcast" in item:
+            queues.append(Broadcast(item["broadcast"]))
+            continue
+        exchange = Exchange(item.get("exchange", item["name"]), type=item.get("type", "direct"))
+        queues.append(Queue(item["name"], exchange, routing_key=item.get("routing_key")))
+    return queues
+
+
+if os.environ.get("DELAYQ_TASK_QUEUES"):
+    app.conf.task_queues = queues_from_spec(json.loads(os.environ["DELAYQ_TASK_QUEUES"]))
+if os.environ.get("DELAYQ_TASK_ROUTES"):
+    app.conf.task_routes = json.loads(os.environ["DELAYQ_TASK_ROUTES"])
+if os.environ.get("DELAYQ_BEAT_EVERY"):
+    app.conf.beat_schedule = {
+        "mark-every": {"task": "celery_app.mark", "args": ("beat",),
+                       "schedule": float(os.environ["DELAYQ_BEAT_EVERY"])},
+    }
+
+
+def rows_of(task_id: str) -> list[list[object]]:
+    """The queue rows keyed by this task id, as [id, lockUuid]: shows a requeue moved no row."""
+    table = json.loads(os.environ.get("DELAYQ_TRANSPORT_OPTIONS", "{}")).get(
+        "table", "delayed_queue")
+    with psycopg.connect(os.environ["DELAYQ_RESULTS_URL"], autocommit=True) as conn:
+        query = f'SELECT "id", "lockUuid" FROM "{table}" WHERE "pKey" = %s ORDER BY "id"'
+        return [list(r) for r in conn.execute(query, (task_id,)).fetchall()]
+
+
+@app.task(bind=True, acks_late=True, name="celery_app.reject_once")
+def reject_once(self) -> None:
+    """Record the task's rows, reject-and-requeue the first delivery, run the redelivery."""
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+    record(self.request.id, "reject_once", rows_of(self.request.id), redelivered)
+    if not redelivered:
+        raise Reject("first delivery", requeue=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -147,3 +148,107 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: fl
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+
+
+# -- Added for test_transport_{cli,countdowns,delivery,routing}.py -----------------------------
+
+NODE_READY = re.compile(r"(\S+@\S+) ready\.")
+
+
+def worker_args(name: str, extra: tuple[str, ...]) -> list[str]:
+    """``celery worker`` arguments as ``start_worker`` builds them (solo pool by default)."""
+    args = ["worker", "--loglevel=INFO", "-n", f"{name}-{os.getpid()}-%h", *extra]
+    if not any(a.startswith("-P") or a.startswith("--pool") for a in extra):
+        args += ["-P", "solo"]
+    return args
+
+
+@pytest.fixture
+def start_workers(start_celery: Callable[..., CeleryProcess]) -> Callable[..., list[CeleryProcess]]:
+    """Several workers whose start-ups overlap (each takes seconds of imports), all ready."""
+
+    def start(*extras: tuple[str, ...], env: dict[str, str] | None = None,
+              name: str = "worker") -> list[CeleryProcess]:
+        """One worker per tuple of extra ``celery worker`` arguments."""
+        procs = [start_celery(*worker_args(f"{name}{i}", extra), env=env, name=f"{name}{i}")
+                 for i, extra in enumerate(extras)]
+        for proc in procs:
+            proc.wait_for_log("ready.")
+        return procs
+
+    return start
+
+
+def nodename(proc: CeleryProcess) -> str:
+    """The worker's node name (``celery@...``), as remote control addresses it."""
+    found = NODE_READY.search(proc.log())
+    assert found, f"worker not ready:\n{proc.log()[-2000:]}"
+    return found.group(1)
+
+
+def stop_together(*procs: CeleryProcess) -> None:
+    """Warm-shut several workers at once: each takes seconds to come round to the signal."""
+    for proc in procs:
+        if proc.proc.poll() is None:
+            os.killpg(proc.proc.pid, signal.SIGTERM)
+    for proc in procs:
+        proc.stop()
+
+
+@pytest.fixture
+def celery_cli(celery_env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m celery -A celery_app <args>`` to completion with the test's environment."""
+
+    def run(*args: str, env: dict[str, str] | None = None,
+            timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "celery_app", *args], cwd=HERE,
+            env=dict(celery_env, **(env or {})), capture_output=True, text=True, timeout=timeout,
+        )
+
+    return run
+
+
+@pytest.fixture
+def make_app(database_url: str, celery_env: dict[str, str]) -> Iterator[Callable[..., Any]]:
+    """A fresh Celery app on this test's broker, for producer-side settings (routes, queues,
+    transport options) that must not leak into the shared ``producer`` app."""
+    from celery import Celery
+
+    apps: list[Any] = []
+
+    def make(**conf: Any) -> Any:
+        app = Celery(f"acceptance-producer-{len(apps)}", set_as_current=False)
+        defaults = {"broker_url": broker_url(database_url), "task_default_queue": "celery",
+                    "broker_transport_options": json.loads(celery_env["DELAYQ_TRANSPORT_OPTIONS"])}
+        app.conf.update({**defaults, **conf})
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.close()
+
+
+@pytest.fixture
+def dq(database_url: str) -> Iterator[Any]:
+    """The default queue's table, to look at rows the way the transport stores them."""
+    from delayq_transport import DelayedQueue
+
+    with DelayedQueue(database_url, kind="celery") as queue:
+        yield queue
+
+
+def in_flight(queue: Any) -> int:
+    """Rows currently leased to some consumer, over every kind of the table."""
+    return sum(s.in_flight for s in queue.status())
+
+
+def row_count(queue: Any) -> int:
+    """Every row of the table, whatever its kind or state."""
+    return sum(s.due + s.scheduled + s.in_flight for s in queue.status())
+
+
+def received(proc: CeleryProcess, task_id: str) -> bool:
+    """The worker logged the task as received (on the solo pool: it is about to run)."""
+    return f"[{task_id}] received" in proc.log()
