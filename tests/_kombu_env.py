@@ -15,7 +15,7 @@ from typing import Any
 import kombu
 import psycopg
 import pytest
-from conftest import create_database, drop_database
+from conftest import template_copy
 
 import delayq_transport  # noqa: F401  (registers the delayq+ scheme)
 
@@ -29,10 +29,8 @@ Connect = Callable[..., kombu.Connection]
 @pytest.fixture(scope="module")
 def kombu_db(template_db: str) -> Iterator[str]:
     """A migrated database shared by one test module."""
-    name = f"delayq_k_{uuid.uuid4().hex[:12]}"
-    url = create_database(name, template=template_db)
-    yield url
-    drop_database(name)
+    with template_copy(template_db, "delayq_k") as url:
+        yield url
 
 
 @pytest.fixture

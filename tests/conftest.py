@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -55,16 +57,37 @@ def template_db() -> Iterator[str]:
     drop_database(name)
 
 
+@contextmanager
+def template_copy(template: str, prefix: str = "delayq_t") -> Iterator[str]:
+    """A fresh copy of the migrated template database, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    url = create_database(name, template=template)
+    try:
+        yield url
+    finally:
+        drop_database(name)
+
+
 @pytest.fixture
 def database_url(template_db: str) -> Iterator[str]:
     """A fresh, migrated database for one test."""
-    name = f"delayq_t_{uuid.uuid4().hex[:12]}"
-    url = create_database(name, template=template_db)
-    yield url
-    drop_database(name)
+    with template_copy(template_db) as url:
+        yield url
 
 
 @pytest.fixture
 def queue(database_url: str) -> Iterator[DelayedQueue]:
     with DelayedQueue(database_url, kind="test") as q:
         yield q
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The one local Spark session of a test run (a JVM has one): 2 threads, and a failed task
+    is retried once (``local[2,2]``), which the idempotency tests rely on."""
+    from delayq_transport.spark import local_session
+
+    session = local_session("delayq-tests", master="local[2,2]")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
 
 pytest.importorskip("pyspark", reason="the dev extra installs pyspark")
 
-from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from delayq_transport import DelayedQueue  # noqa: E402
-from delayq_transport.spark import local_session, schedule_tasks  # noqa: E402
+from delayq_transport.spark import schedule_tasks  # noqa: E402
 
 from .conftest import executions, wait_until  # noqa: E402
 
@@ -29,14 +27,6 @@ SPREAD_S = 3.0
 EARLY_TOLERANCE_S = 0.05
 #: ...and at most this much after it (worker wake-up; generous for a shared 2-core box).
 LATE_TOLERANCE_S = 3.0
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = local_session("delayq-acceptance")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def test_worker_runs_spark_rows_at_their_eta(spark, database_url, start_worker):

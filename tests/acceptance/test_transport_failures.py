@@ -15,6 +15,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -97,6 +98,7 @@ def test_postgres_restart_under_load_loses_nothing(
     private_pg.stop()
     time.sleep(OUTAGE_S)  # the outage itself: longer than the driver-level retries (~1.5 s)
     private_pg.start()
+    restarted_at = datetime.now(UTC)
     assert load.wait(timeout=90) == 0, out.read_text()[-3000:]
     acked, failed = producer_report(out)
     assert not failed and set(acked) == set(range(n))
@@ -111,8 +113,10 @@ def test_postgres_restart_under_load_loses_nothing(
     duplicates = assert_duplicates_are_redeliveries(executions(database_url, "mark"))
     print(f"restart under load: {len(acked)} published (longest publish "
           f"{max(acked.values()):.1f}s), {duplicates} redelivered duplicates")
+    # Recovered, whichever layer reconnected (the transport's retries, or Celery's consumer
+    # restart): the same worker is alive and ran tasks after the server came back.
     assert worker.proc.poll() is None, worker.log()[-3000:]
-    assert "Connection to broker lost" in worker.log() or "Cannot connect" in worker.log()
+    assert any(r["ran_at"] > restarted_at for r in executions(database_url, "mark"))
 
 
 # -- clear errors -------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ from delayq_transport.spark import (  # noqa: E402
     backlog_by_hour,
     default_key,
     id_ranges,
-    local_session,
     overdue,
     queue_dataframe,
     queue_report,
@@ -44,15 +43,6 @@ from delayq_transport.spark import (  # noqa: E402
 pytestmark = pytest.mark.slow
 
 TASK = "celery_app.mark"
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """One local session: 2 threads, a failed task is retried once (``local[2,2]``)."""
-    session = local_session("delayq-tests", master="local[2,2]")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def rows_in_table(database_url: str, table: str = "delayed_queue") -> int:
