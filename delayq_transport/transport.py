@@ -58,7 +58,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from functools import cache
-from itertools import count
 from queue import Empty
 from typing import Any
 
@@ -87,7 +86,6 @@ DEFAULT_BINDING_TTL_S = 60.0
 SKEW_RETRY_S = 0.005
 CONTROL_EXCHANGE = "celery.pidbox"
 
-_tag_counter = count(1)
 
 
 #: Bytes every beat occurrence's payload contains (its ``delayq_beat`` header).
@@ -181,6 +179,14 @@ class Backend:
             self.db.close()
             raise
         self.users = 0
+        self._by_kind: dict[str, DelayedQueue] = {}
+
+    def queue_for(self, kind: str) -> DelayedQueue:
+        """The queue of one kind, built once (publishing asks for it every time)."""
+        queue = self._by_kind.get(kind)
+        if queue is None:
+            queue = self._by_kind[kind] = self.queue.with_kind(kind)
+        return queue
 
     @classmethod
     def acquire(cls, url: str, options: dict[str, Any]) -> Backend:
@@ -260,7 +266,7 @@ class DelayqChannel(virtual.Channel):
             )
         priority = message["properties"].get("priority")
         kind = msg.kind_for(queue, priority, self._steps)
-        self.backend.queue.with_kind(kind).offer(
+        self.backend.queue_for(kind).offer(
             msg.row_key(message), payload, msg.eta_of(message), durable=bool(self.durable_publish)
         )
 
