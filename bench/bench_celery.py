@@ -64,9 +64,9 @@ from _common import (  # noqa: E402
     write_results,
 )
 
-BROKERS = ("delayq", "delayq_fast", "redis", "amqp", "sqlalchemy")
-#: delayq with the ``durable_publish=False`` transport option: publishes do not wait for the
-#: WAL flush (Redis-like durability), to show how much of delayq's cost that flush is.
+BROKERS = ("delayq", "delayq_durable", "redis", "amqp", "sqlalchemy")
+#: ``delayq_durable`` is delayq with the ``durable_publish=True`` transport option: every
+#: publish waits for the WAL flush, to show what that stricter durability costs.
 VARIANTS: tuple[str, ...] = ()
 PHASES = ("throughput", "latency", "rss", "kill")
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
@@ -338,9 +338,9 @@ def broker_state(name: str, phase: str, cfg: Settings, *, acks_late: bool = Fals
     """Fresh broker state for one phase, removed afterwards (also on Ctrl-C)."""
     queue = f"bench_{phase}_{cfg.run_id}"
     options = KILL_OPTIONS.get(name.split("_")[0], {}) if phase == "kill" else {}
-    if name in ("delayq", "delayq_fast", "sqlalchemy"):
-        if name == "delayq_fast":
-            options = {**options, "durable_publish": False}
+    if name in ("delayq", "delayq_durable", "sqlalchemy"):
+        if name == "delayq_durable":
+            options = {**options, "durable_publish": True}
         with fresh_database(cfg.admin_url, prefix=f"delayq_bench_celery_{name}") as db_url:
             scheme = "sqla+postgresql+psycopg://" if name == "sqlalchemy" else "delayq+postgresql://"
             url = scheme + db_url.split("://", 1)[1]
@@ -789,11 +789,12 @@ Notes:
   a worker pulls countdown messages about one round trip at a time; the "worker holds" figure
   says how many it had taken when sampling stopped. Memory per held countdown:
   {per_task}.
-- `delayq_fast` is delayq with the transport option `durable_publish=False`: a publish returns
-  before its row is flushed to disk, so a PostgreSQL crash may lose the last ~0.6 s of
-  publishes (the durability of Redis' default persistence). Plain `delayq` keeps every
-  acknowledged publish. Acks and leases skip the flush wait in both (a crash can only cause
-  redeliveries).
+- `delayq` runs with its defaults: a publish returns once its row is committed, before the
+  WAL flush, so a PostgreSQL crash (not a restart) may lose the last ~0.6 s of publishes — the
+  durability of Celery's default brokers (Redis' default persistence, RabbitMQ without
+  publisher confirms). `delayq_durable` sets `durable_publish=True`: every publish waits for
+  the flush, and survives any crash once `apply_async` returned. Acks and leases skip the
+  flush wait in both (a crash can only cause redeliveries).
 - RabbitMQ's `consumer_timeout` (30 min by default) closes the channel of a consumer holding
   an unacked delivery longer than that; one-hour countdowns held by a worker hit it (the
   channel is closed and the messages redelivered), which this short run does not reach.
@@ -807,7 +808,7 @@ Notes:
               help="Comma-separated phases: throughput,latency,rss,kill.")
 @click.option("--brokers", "brokers_opt", default=",".join(BROKERS), show_default=True,
               help="Comma-separated brokers: delayq,redis,amqp,sqlalchemy (and "
-                   "delayq_fast: delayq with durable_publish=False).")
+                   "delayq_durable: delayq with durable_publish=True).")
 @click.option("--admin-url", default=DEFAULT_ADMIN_URL, show_default=True,
               help="PostgreSQL URL allowed to create the per-phase databases.")
 @click.option("--redis-db", default=11, show_default=True, help="Redis db used as the broker.")

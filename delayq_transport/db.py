@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .errors import DatabaseError, DatabaseUnavailable, InvalidInput, SchemaMissing
@@ -113,6 +114,8 @@ class Database:
     def _make_pool(self, name: str, **settings: str) -> ConnectionPool:
         kwargs: dict[str, Any] = {"autocommit": True,
                                   "connect_timeout": int(max(self.connect_timeout_s, 1))}
+        if "application_name" not in conninfo_to_dict(self.url):
+            kwargs["application_name"] = name  # tells the two pools apart in pg_stat_activity
         if settings:
             kwargs["options"] = " ".join(f"-c {k}={v}" for k, v in settings.items())
         pool = ConnectionPool(self.url, min_size=self._sizes[0], max_size=self._sizes[1],
@@ -124,8 +127,9 @@ class Database:
     def relaxed_pool(self) -> ConnectionPool:
         """Connections whose commits do not wait for the WAL flush.
 
-        Only for statements whose loss in a server crash is a redelivery, which at-least-once
-        already allows (acquire, ack, lease extension, release) - never for publishing.
+        For statements whose loss in a server crash at-least-once already allows (acquire, ack,
+        lease extension, release: a redelivery), and for publishes whose caller chose Redis-like
+        durability (``durable=False``). A crash loses a suffix of such commits, never a gap.
         """
         with self._lock:
             if self._relaxed_pool is None:

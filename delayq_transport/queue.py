@@ -102,7 +102,7 @@ class DelayedQueue:
             raise InvalidInput("acquire_timeout must be positive")
         self.clock = clock
         #: Acquire/ack/lease/release commit without waiting for the WAL flush: a server crash
-        #: can then only cause redeliveries (at-least-once); publishing stays fully durable.
+        #: can then only cause redeliveries (at-least-once). Publishing is chosen per offer.
         self.relaxed = relaxed_consumer_commits
         self._owns_db = isinstance(database, str)
         self.db = (

@@ -34,12 +34,15 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
 * ``ack_flush_interval``: acks are deleted in batches at least this often (default 0.05).
 * ``priority_steps``: priority buckets (default ``[0, 3, 6, 9]``).
 * ``ensure_schema``: create/upgrade the schema on connect (default True).
-* ``durable_publish``: a publish returns only once its row is flushed to disk (default True).
-  False trades that for speed: a PostgreSQL crash may lose the last ~0.6 s of publishes, which
-  is the durability of Redis' default persistence.
+* ``durable_publish``: a publish returns only once its row is flushed to disk (default
+  False). Off, a publish returns once its row is committed, before the WAL flush: a clean
+  PostgreSQL restart loses nothing, a PostgreSQL crash can lose the publishes of its last
+  ~0.6 s (never a later one without the earlier ones). That is what Celery's default brokers
+  give (Redis' default persistence, RabbitMQ without publisher confirms), at their speed; on
+  costs one flush wait per publish (see docs/benchmarks.md).
 * ``durable_acks``: commit acks, leases and releases with a WAL flush (default False). Off,
   they skip the flush wait, which unblocks the worker's event loop; a PostgreSQL crash can then
-  only redeliver messages (at-least-once). Publishing always waits for the flush.
+  only redeliver messages (at-least-once).
 * ``database_url``: libpq URL to use instead of the broker URL (e.g. a Unix socket).
 * ``max_message_size``: bytes; larger messages are refused with a clear error (default 64 MiB).
 * ``binding_ttl``: a fanout queue whose consumer has not been seen for this long receives no
@@ -57,8 +60,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from functools import cache
-from queue import Empty
+from queue import Empty, SimpleQueue
 from typing import Any
 
 import psycopg
@@ -84,6 +89,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_BINDING_TTL_S = 60.0
 #: After a timer fires and finds nothing (clock skew between host and database), retry soon.
 SKEW_RETRY_S = 0.005
+#: How long closing waits for a poll in flight, to give its messages back at once.
+DEFAULT_CLOSE_WAIT_S = 5.0
 CONTROL_EXCHANGE = "celery.pidbox"
 
 
@@ -112,6 +119,30 @@ def _parse_tag(tag: str) -> tuple[int, str]:
     return int(row_id), lock
 
 
+@dataclass(slots=True)
+class PollPlan:
+    """One channel's share of a poll: made on the loop thread, filled in by the fetch."""
+
+    channel: DelayqChannel
+    want: int
+    kinds: list[str]
+    no_ack: frozenset[str]
+    next_due: int | None = None
+    more: bool = False
+    envelopes: list[Envelope] = field(default_factory=list)
+
+    def needs_ack(self, env: Envelope) -> bool:
+        return msg.queue_of_kind(env.kind)[0] not in self.no_ack
+
+    def held(self) -> list[Envelope]:
+        """Fetched rows still leased to us (no_ack ones are already deleted)."""
+        return [e for e in self.envelopes if self.needs_ack(e)]
+
+
+#: A poll handed to the poller thread: its outcome (an error or None) and what it fills in.
+PollJob = tuple[Future[Exception | None], list[PollPlan]]
+
+
 class QoS(virtual.QoS):
     """Acks delete rows (batched, from any thread); rejects and restores release them in place."""
 
@@ -125,13 +156,13 @@ class QoS(virtual.QoS):
         # and the messages still in the window keep the pool busy meanwhile.
         window = self.prefetch_count
         if not window or (self.can_consume_max_estimate() or 0) >= max(1, window // 2):
-            self.channel.transport._wake()
+            self.channel.transport._wake(self.channel)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         self.channel._forget(delivery_tag, ack=not requeue)
         if requeue:
             self.channel.backend.queue.release([_parse_tag(delivery_tag)])
-            self.channel.transport._wake()
+            self.channel.transport._wake(self.channel)
         self._quick_ack(delivery_tag)
 
     def restore_unacked(self) -> list[Exception]:
@@ -227,7 +258,7 @@ class DelayqChannel(virtual.Channel):
     max_message_size = DEFAULT_MAX_MESSAGE_BYTES
     binding_ttl = DEFAULT_BINDING_TTL_S
     priority_steps: Iterable[int] = msg.PRIORITY_STEPS
-    durable_publish = True
+    durable_publish = False
 
     def __init__(self, connection: Transport, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
@@ -240,11 +271,19 @@ class DelayqChannel(virtual.Channel):
         self._auto_delete: set[str] = set()
         self._rotation = 0
         self._steps = tuple(int(s) for s in self.priority_steps)
+        #: Poll this channel at the next chance. Kept per channel so a busy task queue does not
+        #: drag the worker's quiet control queue into every poll (that doubled the statements).
+        self.poll_wanted = True
+        #: Earliest known scheduledAt (epoch ms) over this channel's kinds; None: none known.
+        self.next_due_ms: int | None = None
 
     # -- kinds ---------------------------------------------------------------------------
 
     def _kinds(self, queue: str) -> list[str]:
         return msg.kinds_for(queue, self._steps)
+
+    def consumed_kinds(self) -> set[str]:
+        return {k for q in self._active_queues for k in self._kinds(q)}
 
     def _poll_kinds(self) -> list[str]:
         """Priority buckets first, queues rotated per poll so none starves at equal priority."""
@@ -372,22 +411,39 @@ class DelayqChannel(virtual.Channel):
                 self._held[tag] = (env.id, env.lock)
         return message
 
-    def poll_and_deliver(self) -> tuple[int, bool, int | None]:
-        """Take due messages for the active queues: (delivered, maybe more, next due ms)."""
+    def plan_poll(self) -> PollPlan | None:
+        """What this channel has room for; decided on the loop thread, which owns the QoS."""
         if not self._active_queues or not self.qos.can_consume():
-            return 0, False, None
+            return None
         want = min(self.qos.can_consume_max_estimate() or self.batch_size, self.batch_size)
-        polled, next_due = self.backend.queue.poll(want, self._poll_kinds())
-        envs = self._drop_misfired(polled)
-        no_ack = [e for e in envs if msg.queue_of_kind(e.kind)[0] in self._no_ack_queues]
+        return PollPlan(self, want, self._poll_kinds(), frozenset(self._no_ack_queues))
+
+    def fetch(self, plan: PollPlan) -> None:
+        """Take due messages into the plan: database work only, so it may run off the loop
+        thread (the consumer's state is touched by ``plan_poll`` and ``deliver`` alone)."""
+        polled, plan.next_due = self.backend.queue.poll(plan.want, plan.kinds)
+        plan.more = len(polled) == plan.want
+        plan.envelopes = self._drop_misfired(polled)
+        no_ack = [e for e in plan.envelopes if not plan.needs_ack(e)]
         if no_ack:
             self.backend.queue.ack_many(no_ack)  # no_ack: delivered means gone
+
+    def deliver(self, plan: PollPlan) -> int:
+        """Hand fetched messages to their consumers; a queue no longer consumed (cancelled, or
+        the channel closed while the poll ran) gets its rows back at once, not after the lease."""
+        active = set() if self.closed else set(self._active_queues)
+        gone = [e for e in plan.envelopes
+                if plan.needs_ack(e) and msg.queue_of_kind(e.kind)[0] not in active]
+        if gone:
+            self.backend.queue.release(gone)
         deliver = self.connection._deliver
-        for env in envs:
+        delivered = 0
+        for env in plan.envelopes:
             queue = msg.queue_of_kind(env.kind)[0]
-            deliver(self._to_message(env, queue, ack_needed=queue not in self._no_ack_queues),
-                    queue)
-        return len(envs), len(polled) == want, next_due
+            if queue in active:
+                deliver(self._to_message(env, queue, ack_needed=plan.needs_ack(env)), queue)
+                delivered += 1
+        return delivered
 
     def _drop_misfired(self, envs: list[Envelope]) -> list[Envelope]:
         """Beat occurrences that misfired while no worker ran follow their entry's policy, so a
@@ -486,10 +542,11 @@ class Transport(virtual.Transport):
         self._hub: Any = None
         self._hub_timer: Any = None
         self._kick: tuple[socket.socket, socket.socket] | None = None
-        self._dirty = True
-        self._next_due_ms: int | None = None
         self._next_fallback = 0.0
         self._maintenance: threading.Thread | None = None
+        self._poller: threading.Thread | None = None
+        self._poll_jobs: SimpleQueue[PollJob | None] = SimpleQueue()
+        self._inflight: PollJob | None = None
         self._stop = threading.Event()
         super().__init__(client, **kwargs)
 
@@ -528,11 +585,8 @@ class Transport(virtual.Transport):
     def _consuming(self) -> list[DelayqChannel]:
         return [c for c in self.channels if c._active_queues and not c.closed]
 
-    def _consumed_kinds(self) -> set[str]:
-        return {k for c in self._consuming() for q in c._active_queues for k in c._kinds(q)}
-
     def _consuming_started(self, channel: DelayqChannel) -> None:
-        self._dirty = True
+        channel.poll_wanted = True
         self._ensure_listener()
         self._ensure_maintenance()
         self._touch_bindings()
@@ -541,47 +595,138 @@ class Transport(virtual.Transport):
         if not self._consuming():
             self._close_listener()
 
-    def _wake(self) -> None:
-        self._dirty = True
+    def _wake(self, channel: DelayqChannel | None = None) -> None:
+        """Poll ``channel`` (default: every channel) at the next chance."""
+        for c in self.channels if channel is None else (channel,):
+            c.poll_wanted = True
 
     # -- polling (shared by the event loop and drain_events) ------------------------------
 
-    def _poll_once(self) -> int | None:
-        """One pass over consuming channels with room; None if none had room (prefetch full).
+    def _plans(self) -> list[PollPlan] | None:
+        """What each channel that wants a poll has room for; None if none has. A channel with
+        a full prefetch window stays wanted: it is polled as soon as an ack frees room."""
+        plans = []
+        for channel in self._consuming():
+            if channel.poll_wanted and (plan := channel.plan_poll()) is not None:
+                channel.poll_wanted = False
+                plans.append(plan)
+        return plans or None
 
-        When the queues are drained, learn the next due time so a timer, not a poll loop,
-        wakes us. A due time already past (host/database clock skew) is retried shortly.
-        """
-        ready = [c for c in self._consuming() if c.qos.can_consume()]
-        if not ready:
-            self._dirty = True  # poll as soon as an ack frees room; checking that costs no query
-            return None
-        self._dirty = False
-        delivered, more, dues = 0, False, []
-        for channel in ready:
-            n, channel_more, due = channel.poll_and_deliver()
-            delivered += n
-            more = more or channel_more
-            if due is not None:
-                dues.append(due)
-        if more:
-            self._dirty = True
-        else:
-            floor = int((time.time() + SKEW_RETRY_S) * 1000)
-            self._next_due_ms = max(min(dues), floor) if dues else None
-        self._next_fallback = time.monotonic() + self.polling_interval
+    @staticmethod
+    def _fetch(plans: list[PollPlan]) -> Exception | None:
+        """Run the plans' statements. An error stops the pass but is returned, not raised, so
+        what the earlier plans took is still delivered rather than left to its lease."""
+        for plan in plans:
+            try:
+                plan.channel.fetch(plan)
+            except Exception as exc:
+                return exc
+        return None
+
+    def _deliver_polled(self, plans: list[PollPlan], error: Exception | None) -> int:
+        """Deliver fetched messages and learn when to look again. When the queues are drained,
+        the next due time arms a timer instead of a poll loop; a due time already past
+        (host/database clock skew) is retried shortly."""
+        delivered = 0
+        floor = int((time.time() + SKEW_RETRY_S) * 1000)
+        for plan in plans:
+            channel = plan.channel
+            delivered += channel.deliver(plan)
+            if plan.more or error is not None:
+                channel.poll_wanted = True
+            else:
+                channel.next_due_ms = None if plan.next_due is None else max(plan.next_due, floor)
+        if error is not None:
+            raise error
         return delivered
 
-    def _seconds_until_due(self) -> float | None:
-        if self._next_due_ms is None:
+    def _poll_once(self) -> int | None:
+        """One synchronous pass (``drain_events``); None if no channel had room."""
+        plans = self._plans()
+        if plans is None:
             return None
-        return self._next_due_ms / 1000 - time.time()
+        return self._deliver_polled(plans, self._fetch(plans))
+
+    # -- polling off the event loop --------------------------------------------------------
+    #
+    # A poll statement takes a millisecond or two; run on the hub it would stall everything
+    # else the worker's loop does (feeding the pool, acks, timers). So the loop thread plans
+    # the poll (QoS is its own), a poller thread runs the statement, and the result comes
+    # back through the wake-up socket to be delivered on the loop thread. One poll at a time:
+    # the window it was planned for cannot shrink meanwhile, only grow as acks come in.
+
+    def _start_poll(self) -> None:
+        plans = self._plans()
+        if plans is None:
+            return
+        future: Future[Exception | None] = Future()
+        self._inflight = (future, plans)
+        if self._poller is None or not self._poller.is_alive():
+            self._poll_jobs = SimpleQueue()  # a stopped poller's queue may hold its stop mark
+            self._poller = threading.Thread(target=self._run_poller, args=(self._poll_jobs,),
+                                            name="delayq-poller", daemon=True)
+            self._poller.start()
+        self._poll_jobs.put((future, plans))
+
+    def _run_poller(self, jobs: SimpleQueue[PollJob | None]) -> None:
+        while (job := jobs.get()) is not None:
+            future, plans = job
+            future.set_result(self._fetch(plans))
+            self._kick_loop()
+
+    def _kick_loop(self) -> None:
+        kick = self._kick
+        if kick is not None:
+            try:
+                kick[1].send(b"\0")
+            except OSError:  # closed meanwhile, or already full of wake-ups
+                pass
+
+    def _finish_poll(self) -> None:
+        """On the loop thread: deliver what the poller fetched."""
+        inflight = self._inflight
+        if inflight is None or not inflight[0].done():
+            return
+        self._inflight = None
+        future, plans = inflight
+        self._deliver_polled(plans, future.result())
+        self._schedule_hub_timer()
+
+    def _abandon_poll(self) -> None:
+        """Closing: give back what an unfinished poll takes, so it is not held for a lease."""
+        inflight, self._inflight = self._inflight, None
+        if self._poller is not None:
+            self._poll_jobs.put(None)
+            self._poller = None
+        if inflight is None:
+            return
+        future, plans = inflight
+        try:
+            future.result(timeout=DEFAULT_CLOSE_WAIT_S)
+            self.backend.queue.release([e for p in plans for e in p.held()])
+        except (TimeoutError, DatabaseUnavailable, DatabaseError) as exc:
+            log.warning("delayq: a poll in flight at close could not be undone; its messages "
+                        "come back when their lease ends: %s", exc)
+
+    def _seconds_until_due(self) -> float | None:
+        dues = [c.next_due_ms for c in self._consuming() if c.next_due_ms is not None]
+        return min(dues) / 1000 - time.time() if dues else None
 
     def _should_poll(self) -> bool:
-        if self._dirty or time.monotonic() >= self._next_fallback:
-            return True
-        wait = self._seconds_until_due()
-        return wait is not None and wait <= 0
+        """Whether some channel wants a poll: woken, due, or the fallback interval is up."""
+        if self._inflight is not None:
+            return False
+        now = time.monotonic()
+        if now >= self._next_fallback:
+            self._next_fallback = now + self.polling_interval
+            self._wake()
+        now_ms = time.time() * 1000
+        wanted = False
+        for channel in self._consuming():
+            if channel.next_due_ms is not None and channel.next_due_ms <= now_ms:
+                channel.poll_wanted, channel.next_due_ms = True, None
+            wanted = wanted or channel.poll_wanted
+        return wanted
 
     def drain_events(  # type: ignore[override]
         self, connection: Any, timeout: float | None = None
@@ -644,7 +789,7 @@ class Transport(virtual.Transport):
     def _reset_listener(self) -> None:
         """The LISTEN connection broke (server restart): reconnect, and poll for what we missed."""
         self._close_listener()
-        self._dirty = True
+        self._wake()
         if self._consuming():
             try:
                 self._ensure_listener()
@@ -662,18 +807,19 @@ class Transport(virtual.Transport):
             return
         if not notes:
             return
-        kinds = self._consumed_kinds()
+        consumers = [(c, c.consumed_kinds()) for c in self._consuming()]
         now_ms = time.time() * 1000
         for note in notes:
             kind, _, at = note.payload.rpartition(":")
-            if kind not in kinds:
-                continue
             at_ms = int(at)
-            if at_ms <= now_ms:
-                self._dirty = True
-            elif self._next_due_ms is None or at_ms < self._next_due_ms:
-                self._next_due_ms = at_ms
-                self._schedule_hub_timer()
+            for channel, kinds in consumers:
+                if kind not in kinds:
+                    continue
+                if at_ms <= now_ms:
+                    channel.poll_wanted = True
+                elif channel.next_due_ms is None or at_ms < channel.next_due_ms:
+                    channel.next_due_ms = at_ms
+                    self._schedule_hub_timer()
 
     # -- kombu event loop (Celery's async worker loop) -------------------------------------
 
@@ -681,7 +827,8 @@ class Transport(virtual.Transport):
         self._hub = loop
         if self._kick is None:
             self._kick = socket.socketpair()
-            self._kick[0].setblocking(False)
+            for sock in self._kick:
+                sock.setblocking(False)
         loop.add_reader(self._kick[0].fileno(), self._on_kick)
         loop.on_tick.add(self._on_tick)
         loop.call_repeatedly(self.polling_interval, self._wake)
@@ -693,6 +840,7 @@ class Transport(virtual.Transport):
             self._kick[0].recv(4096)  # type: ignore[index]
         except BlockingIOError:
             pass
+        self._finish_poll()
 
     def _on_readable(self) -> None:
         self._drain_notifications()
@@ -702,16 +850,7 @@ class Transport(virtual.Transport):
             return
         if self._listener is None:
             self._reset_listener()  # LISTEN was lost and could not be re-established yet
-        try:
-            delivered = self._poll_once()
-        except DatabaseUnavailable:
-            self._dirty = True
-            raise
-        if delivered and self._kick is not None:
-            # The hub computed its poll timeout before this tick, and Celery just armed timers
-            # for the ETA messages we delivered: make the loop come round at once to fire them.
-            self._kick[1].send(b"\0")
-        self._schedule_hub_timer()
+        self._start_poll()
 
     def _schedule_hub_timer(self) -> None:
         """Wake the loop exactly when the earliest known message becomes due."""
@@ -720,7 +859,8 @@ class Transport(virtual.Transport):
             return
         if self._hub_timer is not None:
             self._hub_timer.cancel()
-        self._hub_timer = hub.call_later(max(wait, SKEW_RETRY_S), self._wake)
+        # Nothing to do when it fires: the loop comes round and _should_poll sees who is due.
+        self._hub_timer = hub.call_later(max(wait, SKEW_RETRY_S), lambda: None)
 
     # -- background maintenance: ack flush, lease extension, binding heartbeat ------------
 
@@ -773,6 +913,7 @@ class Transport(virtual.Transport):
 
     def close_connection(self, connection: Any) -> None:
         try:
+            self._abandon_poll()
             super().close_connection(connection)
         finally:
             self._stop.set()

@@ -47,7 +47,8 @@ class CeleryProcess:
             if self.proc.poll() is not None:
                 raise AssertionError(f"celery exited {self.proc.returncode}:\n{self.log()[-3000:]}")
             time.sleep(0.05)
-        raise AssertionError(f"{text!r} not in celery output after {timeout}s:\n{self.log()[-3000:]}")
+        raise AssertionError(
+            f"{text!r} not in celery output after {timeout}s:\n{self.log()[-3000:]}")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc.poll() is None:
@@ -81,7 +82,9 @@ def celery_env(database_url: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def start_celery(tmp_path: Path, celery_env: dict[str, str]) -> Iterator[Callable[..., CeleryProcess]]:
+def start_celery(
+    tmp_path: Path, celery_env: dict[str, str]
+) -> Iterator[Callable[..., CeleryProcess]]:
     """Start ``celery -A celery_app <args>``; every process is stopped at teardown."""
     procs: list[CeleryProcess] = []
 
@@ -104,7 +107,9 @@ def start_celery(tmp_path: Path, celery_env: dict[str, str]) -> Iterator[Callabl
 def start_worker(start_celery: Callable[..., CeleryProcess]) -> Callable[..., CeleryProcess]:
     """A real ``celery worker`` (solo pool unless told otherwise), waited on until ready."""
 
-    def start(*extra: str, env: dict[str, str] | None = None, name: str = "worker") -> CeleryProcess:
+    def start(
+        *extra: str, env: dict[str, str] | None = None, name: str = "worker"
+    ) -> CeleryProcess:
         args = ["worker", "--loglevel=INFO", "-n", f"{name}-{os.getpid()}-%h", *extra]
         if not any(a.startswith("-P") or a.startswith("--pool") for a in extra):
             args += ["-P", "solo"]

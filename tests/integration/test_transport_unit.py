@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kombu
+import psycopg
 import pytest
 
 from delayq_transport import message as msg
@@ -198,3 +199,64 @@ def test_acks_from_many_threads_are_all_applied(kombu_connect: Connect, stored: 
             t.join()
         wait_for(lambda: not stored(), what="all threaded acks applied")
     assert sorted(m.payload for m in got) == list(range(n))
+
+
+def _publishing_pool(kombu_db: str, table: str) -> str:
+    """The pool (application_name) of the connection whose last statement inserted into
+    ``table``: pools differ only in ``synchronous_commit``, so this is the durability used."""
+    with psycopg.connect(kombu_db, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT application_name, current_setting('synchronous_commit') FROM pg_stat_activity"
+            " WHERE query LIKE 'INSERT INTO ' || %s || '%%' AND pid <> pg_backend_pid()",
+            (f'"{table}"',)).fetchall()
+    names = {name for name, _ in rows}
+    assert len(names) == 1, rows
+    return names.pop()
+
+
+@pytest.mark.parametrize(("options", "pool", "synchronous_commit"), [
+    ({}, "delayq-relaxed", "off"),
+    ({"durable_publish": True}, "delayq", "on"),
+])
+def test_publish_durability_follows_durable_publish(
+    kombu_connect: Connect, kombu_db: str, kombu_table: str, stored: Stored,
+    options: dict[str, Any], pool: str, synchronous_commit: str,
+):
+    """Default publishes commit without the WAL flush wait (Redis-like durability);
+    ``durable_publish=True`` sends them through the pool that waits for it."""
+    with kombu_connect(**options) as conn, closing(conn.SimpleQueue("durability")) as q:
+        q.put("m")
+        assert _publishing_pool(kombu_db, kombu_table) == pool
+        backend = conn.transport.backend
+        got = backend.db.run(lambda c: c.execute("SHOW synchronous_commit").fetchone()[0],
+                             relaxed=pool == "delayq-relaxed")
+        assert got == synchronous_commit
+        assert q.get(timeout=2).payload == "m"
+
+
+def test_messages_fetched_for_a_cancelled_queue_are_released_not_delivered(
+    kombu_connect: Connect, stored: Stored,
+):
+    """The event loop plans a poll, a helper thread runs it, the loop delivers: a queue
+    cancelled in between gets its rows back at once instead of holding them for a lease."""
+    received: list[Any] = []
+    queue = kombu.Queue("gone", routing_key="gone")
+    with kombu_connect() as conn:
+        channel = conn.default_channel
+        kombu.Producer(channel).publish("x", routing_key="gone", declare=[queue])
+        consumer = kombu.Consumer(channel, [queue], callbacks=[lambda b, m: received.append(b)])
+        consumer.consume()
+        plan = channel.plan_poll()
+        assert plan is not None
+        channel.fetch(plan)
+        assert [len(plan.envelopes)] == [1]
+        [row] = stored()
+        assert row["lockUuid"] == plan.envelopes[0].lock  # leased by the fetch
+        consumer.cancel()
+        assert channel.deliver(plan) == 0
+        [row] = stored()
+        assert row["lockUuid"] is None and received == []
+        with kombu.Consumer(channel, [queue], callbacks=[lambda b, m: (received.append(b),
+                                                                       m.ack())]):
+            conn.drain_events(timeout=2)  # lease is 30 s: only the release explains this
+    assert received == ["x"]
