@@ -56,7 +56,9 @@ RETURNING "pKey", "pKind"
 -- (priority buckets); the outer LIMIT stops the lateral scan as soon as enough rows are locked.
 -- The lease is the new scheduledAt; previous_at tells a redelivery from a first delivery.
 -- A last row (id NULL) carries the earliest scheduledAt left over these kinds (leases included),
--- so a consumer learns when to wake next without a second round trip.
+-- so a consumer learns when to wake next without a second round trip. The update finds its rows
+-- by `id = ANY(array)`, an index lookup whatever LIMIT is estimated at: the consumer pool runs
+-- generic plans, and a join on `picked` there became a sequential scan on larger tables.
 WITH picked AS (
     SELECT q.id, q."scheduledAt" AS previous_at, k.ord
     FROM unnest(%(kinds)s::text[]) WITH ORDINALITY AS k(kind, ord)
@@ -73,12 +75,12 @@ WITH picked AS (
 acquired AS (
     UPDATE {table} AS t
     SET "lockUuid" = %(lock)s, "scheduledAt" = {now} + %(lease_ms)s::bigint
-    FROM picked
-    WHERE t."id" = picked.id
-    RETURNING t."id", t."pKey", t."pKind", t."payload", picked.previous_at,
-              t."scheduledAtInitially", t."createdAt", picked.ord
+    WHERE t."id" = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING t."id", t."pKey", t."pKind", t."payload", t."scheduledAtInitially", t."createdAt"
 )
-SELECT a.*, NULL::bigint AS next_due FROM acquired AS a
+SELECT a."id", a."pKey", a."pKind", a."payload", p.previous_at, a."scheduledAtInitially",
+       a."createdAt", p.ord, NULL::bigint AS next_due
+FROM acquired AS a JOIN picked AS p ON p.id = a."id"
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
     SELECT min(x.at)

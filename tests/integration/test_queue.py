@@ -255,7 +255,8 @@ def test_ack_lock_spares_rows_reacquired_under_another_lock(
     first = cq.try_poll_many(3)
     clock.advance(LEASE_S + 1)
     retaken = cq.try_poll_many(1)
-    assert retaken[0].is_redelivery and retaken[0].key == first[0].key
+    # All three leases ran out at the same instant: which one comes back first is unspecified.
+    assert retaken[0].is_redelivery and retaken[0].key in {e.key for e in first}
     assert cq.ack_lock(first[0].lock) == 2
     assert cq.contains(retaken[0].key)
     assert cq.ack_lock(retaken[0].lock) == 1 and row_count(cq) == 0

@@ -4,6 +4,7 @@ the dequeue statement's index use, and NOTIFY wake-ups."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -153,6 +154,65 @@ def test_try_poll_many_uses_the_kind_scheduled_index(database_url: str) -> None:
         got = conn.execute(q["try_poll_many"], params).fetchall()
         got = [r for r in got if r[0] is not None]  # the last row only carries next_due
         assert sorted(r[1] for r in got) == ["k1", "k2", "k3", "k4", "k5"]
+
+
+def generic_plan(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """The plan PostgreSQL caches for ``query`` under ``plan_cache_mode=force_generic_plan``
+    (how the consumer pool runs it): PREPARE with ``$n`` placeholders, EXPLAIN EXECUTE."""
+    names: list[str] = []
+
+    def placeholder(m: re.Match[str]) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    prepared = re.sub(r"%\((\w+)\)[sb]", placeholder, query)
+    name = f"p_{uuid.uuid4().hex[:8]}"
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute(f"PREPARE {name} AS {prepared}")
+    args = ", ".join(["%s"] * len(names))
+    with conn.transaction(force_rollback=True):  # EXPLAIN only, but keep the table untouched
+        cur = psycopg.ClientCursor(conn)
+        row = cur.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({args})",
+                          [params[n] for n in names]).fetchone()
+    conn.execute(f"DEALLOCATE {name}")
+    assert row is not None
+    return row[0][0]["Plan"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("statement", "index"), [
+    ("try_poll_many", "delayed_queue__KindPlusScheduledAtIndex"),
+    ("ack", "delayed_queue__LockUuidPlusIdIndex"),
+    ("ack_many", "delayed_queue__LockUuidPlusIdIndex"),
+    ("extend_lease", "delayed_queue__LockUuidPlusIdIndex"),
+    ("release", "delayed_queue__LockUuidPlusIdIndex"),
+    ("offer_select_for_update", "delayed_queue__PKeyPlusKindUniqueIndex"),
+    ("offer_cas_update", "delayed_queue__PKeyPlusKindUniqueIndex"),
+])
+def test_hot_path_generic_plans_use_their_index(database_url: str, statement: str,
+                                                index: str) -> None:
+    """The consumer/publish pool forces generic plans (no re-planning per call); each of its
+    statements must still reach rows through an index on a large table, never a seq scan."""
+    params = {"kinds": ["test", "other"], "limit": 8, "lock": "L", "lease_ms": 60_000,
+              "now": None, "id": 5, "ids": [1, 2, 3], "locks": ["a", "b", "c"], "delay_ms": 0,
+              "key": "k5", "kind": "test", "payload": b"x", "scheduled_at": None,
+              "expected_initially": 0, "expected_created": 0}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("""
+            INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt",
+                                       "scheduledAtInitially", "createdAt")
+            SELECT 'k' || i, CASE WHEN i % 5 = 0 THEN 'other' ELSE 'test' END, '\\x00', t, t, 0
+            FROM generate_series(1, 50000) AS i,
+                 LATERAL (SELECT CASE WHEN i <= 5 THEN 1000 ELSE 9e15::bigint + i END AS t) AS s
+        """)
+        conn.execute("ANALYZE delayed_queue")
+        plan = generic_plan(conn, Queries("delayed_queue")[statement], params)
+    on_queue = [(n["Node Type"], n.get("Index Name")) for n in plan_nodes(plan)
+                if n.get("Relation Name") == "delayed_queue"]
+    assert ("Seq Scan", None) not in on_queue, json.dumps(plan, indent=1)
+    assert any(name == index for _, name in on_queue), on_queue
 
 
 # -- NOTIFY wake-ups ---------------------------------------------------------------------------
