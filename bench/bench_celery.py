@@ -418,7 +418,8 @@ def _llen(client: redis.Redis, key: str) -> int:
 
 def phase_throughput(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, Any]:
     n = cfg.throughput_n
-    key, warm_key = _key(cfg, run.name, "tp"), _key(cfg, run.name, "tp-warm")
+    fresh = uuid.uuid4().hex[:8]  # counters of their own: this phase runs several rounds
+    key, warm_key = _key(cfg, run.name, "tp", fresh), _key(cfg, run.name, "tp-warm", fresh)
     with running_worker(run.env, f"tp-{run.name}", cfg), \
             Producers(run.env, cfg.producers) as producers:
         warm_n = 200
@@ -680,7 +681,8 @@ def table_rows(results: dict[str, Any], brokers: list[str]) -> list[list[str]]:
                 shown += _held_note(results, broker)
             rounds = _get(results, broker, "throughput", "rounds_tasks_per_s")
             if path[-1] == "tasks_per_s" and rounds:
-                shown += f" (median of {', '.join(_fmt(r, '') .strip() for r in rounds)})"
+                shown += " (median of " + ", ".join(
+                    "failed" if r is None else f"{r:,.0f}" for r in rounds) + ")"
             is_delayq = broker == "delayq" and target
             rows.append([broker, label, shown, _ratio(value, base), target if is_delayq else "",
                          _met(check(value, base)) if is_delayq else ""])
