@@ -54,6 +54,7 @@ from _common import (  # noqa: E402
     DEFAULT_ADMIN_URL,
     IMG_DIR,
     REPO_ROOT,
+    checkpoint,
     console,
     fresh_database,
     grouped_bar_chart,
@@ -583,15 +584,18 @@ PHASE_FUNCS = {"throughput": phase_throughput, "latency": phase_latency, "rss": 
 
 def run_all(cfg: Settings, brokers: list[str], phases: list[str]) -> dict[str, Any]:
     """Every phase for every broker; throughput ``cfg.rounds`` times, brokers interleaved, so
-    a slow minute of a shared machine does not land on one broker only (median reported)."""
+    a slow minute of a shared machine does not land on one broker only (median reported).
+    Every phase starts after a CHECKPOINT, so none pays for the previous one's writes."""
     results: dict[str, dict[str, Any]] = {b: {} for b in brokers}
     plan = [(phase, rnd) for phase in phases
             for rnd in range(cfg.rounds if phase == "throughput" else 1)]
     with progress_bar() as progress:
         overall = progress.add_task("phases", total=len(brokers) * len(plan), rate="",
                                     unit="runs")
-        for phase, _ in plan:
-            for broker in brokers:
+        for phase, rnd in plan:
+            # Rounds rotate the order, so no broker always runs right after the same peer.
+            for broker in brokers[rnd % len(brokers):] + brokers[:rnd % len(brokers)]:
+                checkpoint(cfg.admin_url)
                 try:
                     with broker_state(broker, phase, cfg, acks_late=phase == "kill") as run:
                         outcome = PHASE_FUNCS[phase](run, cfg, progress)
