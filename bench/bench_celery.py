@@ -69,7 +69,7 @@ BROKERS = ("delayq", "delayq_durable", "redis", "amqp", "sqlalchemy")
 #: ``delayq_durable`` is delayq with the ``durable_publish=True`` transport option: every
 #: publish waits for the WAL flush, to show what that stricter durability costs.
 VARIANTS: tuple[str, ...] = ()
-PHASES = ("throughput", "latency", "rss", "kill")
+PHASES = ("throughput", "drain", "latency", "rss", "kill")
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
 REDIS_BASE = "redis://127.0.0.1:6379"
 MB = 1024 * 1024
@@ -578,8 +578,39 @@ def phase_kill(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, Any]:
             "options": json.loads(run.env["BENCH_TRANSPORT_OPTIONS"])}
 
 
+def phase_drain(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, Any]:
+    """The consumer side alone: the no-ops are queued first, then one worker drains them with
+    no producer competing for the CPU. Reports the rate and the worker main process' CPU per
+    task, the figure the end-to-end run blurs with everything else on the machine."""
+    n = cfg.throughput_n
+    key = _key(cfg, run.name, "drain", uuid.uuid4().hex[:8])
+    jobs: list[tuple[str, int, tuple[Any, ...], dict[str, Any]]] = [
+        ("bench.noop", min(CHUNK, n - i), (key, n), {}) for i in range(0, n, CHUNK)]
+    queued = progress.add_task(f"{run.name}: queued", total=len(jobs), rate="", unit="chunks")
+    with Producers(run.env, cfg.producers) as producers:
+        done = producers.submit(_publish, jobs)
+        deadline = time.monotonic() + max(180.0, n / 20)
+        while len(done) < len(jobs) and not producers.errors and time.monotonic() < deadline:
+            progress.update(queued, completed=len(done))
+            time.sleep(0.05)
+        if producers.errors or len(done) < len(jobs):
+            raise producers.errors[0] if producers.errors else TimeoutError("publishing")
+    with running_worker(run.env, f"drain-{run.name}", cfg) as worker:
+        main = psutil.Process(worker.proc.pid)
+        started, cpu_start = time.time(), sum(main.cpu_times()[:2])
+        ran = progress.add_task(f"{run.name}: drained", total=n, rate="", unit="tasks")
+        executed = _wait_count(cfg, key, n, max(180.0, n / 20), progress, ran, _get_int)
+        cpu_s = sum(main.cpu_times()[:2]) - cpu_start
+        done_at = _counter(cfg).get(f"{key}:done")
+    if executed < n or done_at is None:
+        return {"error": f"only {executed}/{n} tasks ran before the deadline"}
+    seconds = float(done_at) - started
+    return {"tasks": n, "seconds": round(seconds, 3), "tasks_per_s": round(n / seconds, 1),
+            "worker_main_cpu_ms_per_task": round(cpu_s * 1000 / n, 3)}
+
+
 PHASE_FUNCS = {"throughput": phase_throughput, "latency": phase_latency, "rss": phase_rss,
-               "kill": phase_kill}
+               "kill": phase_kill, "drain": phase_drain}
 
 
 def run_all(cfg: Settings, brokers: list[str], phases: list[str]) -> dict[str, Any]:
@@ -657,6 +688,10 @@ def table_rows(results: dict[str, Any], brokers: list[str]) -> list[list[str]]:
         ("no-op end-to-end", ("throughput", "tasks_per_s"), "tasks/s", "≥ 1.0× Redis",
          lambda v, r: None if v is None or r is None else v >= r * TARGETS["throughput_vs_redis"]),
         ("publish rate", ("throughput", "publish_per_s"), "tasks/s", "", lambda v, r: None),
+        ("worker alone, queue drained", ("drain", "tasks_per_s"), "tasks/s", "",
+         lambda v, r: None),
+        ("worker main CPU per task", ("drain", "worker_main_cpu_ms_per_task"), "ms", "",
+         lambda v, r: None),
     ]
     for kind in ("immediate", "countdown"):
         label = "pick-up latency" if kind == "immediate" else "countdown lateness"
@@ -684,7 +719,7 @@ def table_rows(results: dict[str, Any], brokers: list[str]) -> list[list[str]]:
             if path[:2] == ("rss", "after_mb"):
                 shown += _held_note(results, broker)
             rounds = _get(results, broker, "throughput", "rounds_tasks_per_s")
-            if path[-1] == "tasks_per_s" and rounds:
+            if path == ("throughput", "tasks_per_s") and rounds:
                 shown += " (median of " + ", ".join(
                     "failed" if r is None else f"{r:,.0f}" for r in rounds) + ")"
             is_delayq = broker == "delayq" and target
@@ -796,7 +831,9 @@ the broker. Brokers: delayq `delayq+postgresql://` and kombu SQLAlchemy
 (flushed per phase), RabbitMQ `amqp://` (a new queue per phase, deleted afterwards).
 
 Workloads: {cfg.throughput_n:,} no-op tasks published by {cfg.producers} producer processes
-while the worker runs (first publish → last execution), {rounds_note};
+while the worker runs (first publish → last execution), {rounds_note}; the same
+{cfg.throughput_n:,} queued first and drained by a worker alone (its main process' CPU per
+task from psutil);
 {cfg.immediate_n} immediate tasks at a steady rate over {cfg.latency_window_s:g} s
 (`time.time() - sent_at` in the task) and
 {cfg.countdown_n} countdown tasks with countdowns of 2-10 s (`time.time() - eta`);
@@ -848,7 +885,7 @@ Notes:
 @click.command()
 @click.option("--quick", is_flag=True, help="Small sizes for a smoke run.")
 @click.option("--only", default=",".join(PHASES), show_default=True,
-              help="Comma-separated phases: throughput,latency,rss,kill.")
+              help="Comma-separated phases: throughput,drain,latency,rss,kill.")
 @click.option("--brokers", "brokers_opt", default=",".join(BROKERS), show_default=True,
               help="Comma-separated brokers: delayq,redis,amqp,sqlalchemy (and "
                    "delayq_durable: delayq with durable_publish=True).")
