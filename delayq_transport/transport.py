@@ -432,17 +432,18 @@ class DelayqChannel(virtual.Channel):
         """Hand fetched messages to their consumers; a queue no longer consumed (cancelled, or
         the channel closed while the poll ran) gets its rows back at once, not after the lease."""
         active = set() if self.closed else set(self._active_queues)
-        gone = [e for e in plan.envelopes
-                if plan.needs_ack(e) and msg.queue_of_kind(e.kind)[0] not in active]
-        if gone:
-            self.backend.queue.release(gone)
         deliver = self.connection._deliver
-        delivered = 0
+        delivered, gone = 0, []
         for env in plan.envelopes:
             queue = msg.queue_of_kind(env.kind)[0]
+            ack_needed = queue not in plan.no_ack
             if queue in active:
-                deliver(self._to_message(env, queue, ack_needed=plan.needs_ack(env)), queue)
+                deliver(self._to_message(env, queue, ack_needed=ack_needed), queue)
                 delivered += 1
+            elif ack_needed:
+                gone.append(env)
+        if gone:
+            self.backend.queue.release(gone)
         return delivered
 
     def _drop_misfired(self, envs: list[Envelope]) -> list[Envelope]:
