@@ -2,7 +2,7 @@
 
 ``celery -A proj beat -S delayq_beat.Scheduler`` (or ``-S delayq`` through the
 ``celery.beat_schedulers`` entry point). Importing the package registers the beat tables'
-migration (version 10) with :mod:`delayq_transport.schema`. See docs/beat.md.
+migration (version 10) with :mod:`delayq_transport.core.schema`. See docs/beat.md.
 """
 
 from __future__ import annotations

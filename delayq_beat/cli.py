@@ -15,11 +15,11 @@ import click
 from rich.table import Table
 
 from delayq_transport.cli import STATUS_HOOKS, Context, console, register
-from delayq_transport.cron import CronService
-from delayq_transport.errors import InvalidInput
-from delayq_transport.message import queue_of_kind
-from delayq_transport.queue import DelayedQueue
-from delayq_transport.timeutil import from_ms
+from delayq_transport.core.cron import CronService
+from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core.queue import DelayedQueue
+from delayq_transport.core.timeutil import from_ms
+from delayq_transport.transport.message import queue_of_kind
 
 from .entries import key_prefix, parse_crontab, schedule_from_json
 from .store import BeatStore

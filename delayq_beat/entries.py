@@ -28,9 +28,9 @@ from urllib.parse import unquote
 
 from celery.schedules import BaseSchedule, crontab, schedule, solar
 
-from delayq_transport.cron import config_hash, validate_prefix
-from delayq_transport.errors import InvalidInput
-from delayq_transport.timeutil import from_ms, to_ms
+from delayq_transport.core.cron import config_hash, validate_prefix
+from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core.timeutil import from_ms, to_ms
 
 MISFIRE_POLICIES = ("coalesce", "run_all", "skip")
 DEFAULT_MISFIRE = "coalesce"

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
-from delayq_transport import message as messages
-from delayq_transport.cron import DEFAULT_MIN_LEAD, CronMessage, CronService, cron_key
-from delayq_transport.errors import DelayqError, InvalidInput
-from delayq_transport.queue import DelayedQueue
-from delayq_transport.timeutil import to_ms
-from delayq_transport.types import Offer
+from delayq_transport.core.cron import DEFAULT_MIN_LEAD, CronMessage, CronService, cron_key
+from delayq_transport.core.errors import DelayqError, InvalidInput
+from delayq_transport.core.queue import DelayedQueue
+from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core.types import Offer
+from delayq_transport.transport import message as messages
 
 from . import misfire
 from .entries import EntrySpec, entry_hash, key_prefix, occurrences, schedule_fingerprint

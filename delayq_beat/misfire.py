@@ -21,9 +21,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from delayq_transport.cron import like_escape
-from delayq_transport.queue import DelayedQueue
-from delayq_transport.timeutil import to_ms
+from delayq_transport.core.cron import like_escape
+from delayq_transport.core.queue import DelayedQueue
+from delayq_transport.core.timeutil import to_ms
 
 log = logging.getLogger(__name__)
 

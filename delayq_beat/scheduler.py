@@ -30,10 +30,10 @@ from celery import beat
 from celery.exceptions import ImproperlyConfigured, QueueNotFound
 from kombu import Exchange
 
-from delayq_transport import message as messages
-from delayq_transport.db import Database
-from delayq_transport.errors import DelayqError, InvalidInput
-from delayq_transport.queue import DelayedQueue
+from delayq_transport.core.db import Database
+from delayq_transport.core.errors import DelayqError, InvalidInput
+from delayq_transport.core.queue import DelayedQueue
+from delayq_transport.transport import message as messages
 
 from .entries import DEFAULT_GRACE_S, DEFAULT_MISFIRE, EntrySpec, make_spec
 from .installer import Installer, RefreshReport, Route, Settings

@@ -7,7 +7,7 @@ delayq's migration ledger: ``delayq_beat_entries`` (entries added with ``delayq 
 which config hash). The ledger is what lets a beat that restarts with an entry removed from
 its configuration find and uninstall that entry's rows.
 
-Importing this module registers migration 10 with :mod:`delayq_transport.schema`, so
+Importing this module registers migration 10 with :mod:`delayq_transport.core.schema`, so
 ``delayq migrate`` (whose CLI loads ``delayq_beat.cli``) and every beat create the tables.
 """
 
@@ -22,10 +22,10 @@ import psycopg
 from sqlalchemy import BigInteger, Boolean, Column, MetaData, String, Table, Text
 from sqlalchemy.dialects.postgresql import JSONB
 
-from delayq_transport.db import Database
-from delayq_transport.errors import InvalidInput
-from delayq_transport.queries import Queries
-from delayq_transport.schema import Migration, ddl, migrate, register_migration
+from delayq_transport.core.db import Database
+from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core.queries import Queries
+from delayq_transport.core.schema import Migration, ddl, migrate, register_migration
 
 from .entries import EntrySpec, key_prefix, make_spec, schedule_from_json, schedule_to_json
 

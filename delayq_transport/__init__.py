@@ -1,7 +1,15 @@
 """delayq: a PostgreSQL-backed delayed queue, with a kombu transport for Celery.
 
-``DelayedQueue`` and ``CronService`` are the library core; ``delayq_transport.transport``
-registers the ``delayq+postgresql://`` broker URL with kombu when imported.
+Layout, one folder per concept:
+
+* :mod:`delayq_transport.core`: ``DelayedQueue``, ``CronService``, the database boundary, the
+  schema and migrations, and the one SQL file. It imports no adapter.
+* :mod:`delayq_transport.transport`: the kombu transport (``delayq+postgresql://``).
+* :mod:`delayq_transport.spark`: scheduling from and reading into Spark DataFrames.
+* :mod:`delayq_transport.cli`: the ``delayq`` command, its demo and the embedded PostgreSQL.
+
+Importing this package registers the ``delayq`` scheme with kombu (the one step next to
+``broker_url``) and re-exports the core's public API.
 """
 
 from __future__ import annotations
@@ -12,18 +20,27 @@ from kombu.transport import TRANSPORT_ALIASES
 # The one step next to ``broker_url``: importing delayq teaches kombu the ``delayq+`` scheme.
 TRANSPORT_ALIASES.setdefault("delayq", "delayq_transport.transport:Transport")
 
-from .cron import CronHandle, CronMessage, CronService, DailySchedule, config_hash
-from .db import Database, RetryPolicy
-from .errors import (
+from .core import (
+    CronHandle,
+    CronMessage,
+    CronService,
+    DailySchedule,
+    Database,
     DatabaseError,
     DatabaseUnavailable,
+    DelayedQueue,
     DelayqError,
+    Envelope,
     InvalidInput,
+    KindStatus,
+    Offer,
+    OfferOutcome,
+    RetryPolicy,
     SchemaMissing,
+    StoredMessage,
+    config_hash,
+    migrate,
 )
-from .queue import DelayedQueue
-from .schema import migrate
-from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
 
 __all__ = [
     "CronHandle",

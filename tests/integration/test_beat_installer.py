@@ -15,9 +15,10 @@ from celery.schedules import crontab
 
 from delayq_beat import BeatStore, Installer, Settings, drop_misfired, make_spec
 from delayq_beat.installer import occurrence_task_id
-from delayq_transport import DelayedQueue, message
-from delayq_transport.cron import parse_cron_key
-from delayq_transport.timeutil import to_ms
+from delayq_transport import DelayedQueue
+from delayq_transport.core.cron import parse_cron_key
+from delayq_transport.core.timeutil import to_ms
+from delayq_transport.transport import message
 
 UTC_ZONE = ZoneInfo("UTC")
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -11,8 +11,8 @@ from celery.schedules import crontab
 from click.testing import CliRunner
 
 from delayq_beat import Scheduler
-from delayq_transport import message
 from delayq_transport.cli import main
+from delayq_transport.transport import message
 
 
 @pytest.fixture

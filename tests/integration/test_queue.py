@@ -13,8 +13,8 @@ import pytest
 from _workers import FakeClock, wait_until
 
 from delayq_transport import DelayedQueue, Offer, OfferOutcome
-from delayq_transport.message import kinds_for
-from delayq_transport.timeutil import to_ms
+from delayq_transport.core.timeutil import to_ms
+from delayq_transport.transport.message import kinds_for
 
 CREATED, UPDATED, IGNORED = OfferOutcome.CREATED, OfferOutcome.UPDATED, OfferOutcome.IGNORED
 LEASE_S = 30.0

@@ -18,8 +18,8 @@ from sqlalchemy import MetaData, Table, create_engine, inspect
 from sqlalchemy.dialects import postgresql
 
 from delayq_transport import Database, DelayedQueue, Offer, migrate
-from delayq_transport.queries import Queries, notify_channel
-from delayq_transport.schema import MIGRATIONS, current_version, queue_table
+from delayq_transport.core.queries import Queries, notify_channel
+from delayq_transport.core.schema import MIGRATIONS, current_version, queue_table
 
 
 @pytest.fixture

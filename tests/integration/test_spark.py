@@ -24,8 +24,8 @@ from pyspark.sql import DataFrame, Row, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
-from delayq_transport import DelayedQueue, message  # noqa: E402
-from delayq_transport.errors import DatabaseUnavailable, InvalidInput  # noqa: E402
+from delayq_transport import DelayedQueue  # noqa: E402
+from delayq_transport.core.errors import DatabaseUnavailable, InvalidInput  # noqa: E402
 from delayq_transport.spark import (  # noqa: E402
     PastEta,
     _partition_failure,
@@ -39,6 +39,7 @@ from delayq_transport.spark import (  # noqa: E402
     schedule_tasks,
     uuid5,
 )
+from delayq_transport.transport import message  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -248,7 +249,7 @@ def test_bad_options_rejected_on_driver(spark, database_url, options, problem):
 
 
 def test_partition_failure_surfaces_the_delayq_error():
-    raised = RuntimeError("Traceback ...\ndelayq_transport.errors.DatabaseUnavailable: database "
+    raised = RuntimeError("Traceback ...\ndelayq_transport.core.errors.DatabaseUnavailable: database "
                           "postgresql://x unreachable: connection refused\n")
     err = _partition_failure(raised)
     assert isinstance(err, DatabaseUnavailable) and "connection refused" in str(err)

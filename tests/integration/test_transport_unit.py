@@ -18,7 +18,7 @@ import kombu
 import psycopg
 import pytest
 
-from delayq_transport import message as msg
+from delayq_transport.transport import message as msg
 
 pytestmark = pytest.mark.timeout(60)
 pytest_plugins = ("_kombu_env",)

@@ -11,15 +11,15 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from delayq_transport import DailySchedule, InvalidInput
-from delayq_transport.cron import config_hash, like_escape, periodic_times
-from delayq_transport.message import (
+from delayq_transport.core.cron import config_hash, like_escape, periodic_times
+from delayq_transport.core.timeutil import duration_ms, from_ms, to_ms
+from delayq_transport.transport.message import (
     PRIORITY_SEP,
     kind_for,
     kinds_for,
     priority_bucket,
     queue_of_kind,
 )
-from delayq_transport.timeutil import duration_ms, from_ms, to_ms
 
 NY = ZoneInfo("America/New_York")
 S = timedelta(seconds=1)

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from delayq_transport import message as m
-from delayq_transport.errors import InvalidInput
+from delayq_transport.core.errors import InvalidInput
+from delayq_transport.transport import message as m
 
 
 def test_encoder_matches_task_message():

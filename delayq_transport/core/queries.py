@@ -25,7 +25,7 @@ NOW_SQL = "COALESCE(%(now)s::bigint, (extract(epoch FROM now()) * 1000)::bigint)
 @cache
 def raw_queries() -> dict[str, str]:
     """Named blocks of queries.sql: name -> SQL text with its leading comment lines removed."""
-    text = files("delayq_transport").joinpath("queries.sql").read_text()
+    text = files("delayq_transport.core").joinpath("queries.sql").read_text()
     parts = _BLOCK_RE.split(text)
     blocks: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):

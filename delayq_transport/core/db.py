@@ -2,7 +2,7 @@
 
 Queue logic above this module never sees a psycopg exception: transient failures
 (serialization failures, deadlocks, lost connections) are retried with bounded exponential
-backoff, everything else becomes a :mod:`delayq_transport.errors` exception naming the problem.
+backoff, everything else becomes a :mod:`delayq_transport.core.errors` exception naming the problem.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Guarantees:
   carry, a key over 200 characters, an ETA in the past under ``past_eta="skip"``) are counted
   as ``bad`` and sampled with their reason; ``past_eta="error"`` refuses the whole job first.
 * **Fail fast.** The driver connects (and migrates) before any partition starts, so an
-  unreachable database is one :class:`~delayq_transport.errors.DatabaseUnavailable`.
+  unreachable database is one :class:`~delayq_transport.core.errors.DatabaseUnavailable`.
 
 :func:`queue_dataframe` reads the table back with one range query per partition (no JDBC jar
 needed) for the reporting helpers :func:`backlog_by_hour`, :func:`overdue` and
@@ -50,13 +50,14 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import errors, message
-from .db import normalize_url
-from .errors import DelayqError, InvalidInput
-from .queries import validate_table_name
-from .queue import OFFER_BATCH_CHUNK, DelayedQueue, validate_key, validate_kind
-from .timeutil import duration_ms, to_ms
-from .types import Offer
+from ..core import errors
+from ..core.db import normalize_url
+from ..core.errors import DelayqError, InvalidInput
+from ..core.queries import validate_table_name
+from ..core.queue import OFFER_BATCH_CHUNK, DelayedQueue, validate_key, validate_kind
+from ..core.timeutil import duration_ms, to_ms
+from ..core.types import Offer
+from ..transport import message
 
 #: Namespace of the uuid5 keys and delivery tags derived from row content (never change it:
 #: re-runs must derive the same keys).
@@ -360,7 +361,7 @@ def _past_etas(plan: _Plan, rows: Iterable[Row]) -> Iterator[tuple[int, list[Bad
     yield count, sample
 
 
-_ERROR_LINE_RE = re.compile(r"delayq_transport\.errors\.(\w+): (.+)")
+_ERROR_LINE_RE = re.compile(r"delayq_transport\.core\.errors\.(\w+): (.+)")
 
 
 def _partition_failure(exc: Exception) -> DelayqError:

@@ -1,6 +1,6 @@
 """``delayq spark-report``: the queue table read by Spark, as backlog/overdue/redelivery tables.
 
-Imported by ``delayq`` on every start (``cli.PLUGIN_MODULES``), so this module must not import
+Imported by ``delayq`` on every start (``delayq_transport.cli.main.PLUGIN_MODULES``), so this module must not import
 pyspark: only the command does, and says which extra to install when it is missing.
 """
 
@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from .cli import Context, console, register
+from ..cli import Context, console, register
 
 if TYPE_CHECKING:
-    from .spark import QueueReport
+    from .pipeline import QueueReport
 
 
 def _spark_module() -> Any:
     try:
-        from . import spark
+        from . import pipeline as spark
     except ImportError as exc:
         if exc.name is None or not exc.name.startswith("pyspark"):
             raise

@@ -1,6 +1,6 @@
 """delayq's own exceptions.
 
-Driver errors are translated at the database boundary (:mod:`delayq_transport.db`), so callers
+Driver errors are translated at the database boundary (:mod:`delayq_transport.core.db`), so callers
 (the kombu transport, beat, Spark) never need to import psycopg to handle a failure.
 """
 

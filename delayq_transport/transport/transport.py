@@ -70,11 +70,11 @@ import psycopg
 from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.objects import cached_property
 
+from ..core.db import Database
+from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
+from ..core.queue import DelayedQueue
+from ..core.types import Envelope
 from . import message as msg
-from .db import Database
-from .errors import DatabaseError, DatabaseUnavailable, InvalidInput
-from .queue import DelayedQueue
-from .types import Envelope
 
 log = logging.getLogger(__name__)
 

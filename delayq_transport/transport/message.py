@@ -28,8 +28,8 @@ from typing import Any
 
 from kombu.utils.json import dumps as kombu_dumps
 
-from .errors import InvalidInput
-from .timeutil import to_ms
+from ..core.errors import InvalidInput
+from ..core.timeutil import to_ms
 
 #: Priority buckets and separator of kombu's Redis transport: 0 is served first.
 PRIORITY_STEPS: tuple[int, ...] = (0, 3, 6, 9)

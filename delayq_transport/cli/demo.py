@@ -21,10 +21,10 @@ import psycopg
 from rich.live import Live
 from rich.table import Table
 
+from ..core.db import mask_password
+from ..core.queue import DelayedQueue
 from . import embedded
-from .cli import Context, console, register
-from .db import mask_password
-from .queue import DelayedQueue
+from .main import Context, console, register
 
 COUNTDOWNS_S = (1, 2, 3, 5, 8)
 RETRY_AFTER_S = 3
@@ -44,7 +44,7 @@ class DemoTask:
 def _start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     log_file = open(log_path, "wb")  # noqa: SIM115 - lives as long as the worker
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "delayq_transport.demo_app", "worker",
+        [sys.executable, "-m", "celery", "-A", "delayq_transport.cli.demo_app", "worker",
          "-P", "solo", "--loglevel=INFO", "-n", f"demo-{os.getpid()}@%h"],
         env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
     )

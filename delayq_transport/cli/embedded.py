@@ -12,7 +12,7 @@ from typing import Any
 
 import platformdirs
 
-from .errors import DelayqError
+from ..core.errors import DelayqError
 
 
 def default_data_dir() -> Path:

@@ -14,17 +14,21 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .db import Database, mask_password
-from .errors import DelayqError
-from .queries import validate_table_name
-from .queue import DelayedQueue
-from .schema import MIGRATIONS, migrate
-from .timeutil import from_ms
+from ..core.db import Database, mask_password
+from ..core.errors import DelayqError
+from ..core.queries import validate_table_name
+from ..core.queue import DelayedQueue
+from ..core.schema import MIGRATIONS, migrate
+from ..core.timeutil import from_ms
 
 console = Console()
 
 #: Modules that add sub-commands when importable (each calls ``register``).
-PLUGIN_MODULES = ("delayq_beat.cli", "delayq_transport.demo", "delayq_transport.spark_cli")
+PLUGIN_MODULES = (
+    "delayq_beat.cli",
+    "delayq_transport.cli.demo",
+    "delayq_transport.spark.cli",
+)
 
 
 class Context:
@@ -118,14 +122,11 @@ def register(command: click.Command) -> None:
         main.add_command(command)
 
 
-def _load_plugins() -> None:
+def load_plugins() -> None:
+    """Import every plugin module; called once the package is importable (cli/__init__)."""
     for name in PLUGIN_MODULES:
         try:
             importlib.import_module(name)
         except ImportError as exc:
             if exc.name is None or not name.startswith(exc.name):
                 raise
-
-
-_load_plugins()
-

@@ -1,0 +1,44 @@
+"""The queue core: ``DelayedQueue`` and ``CronService`` on PostgreSQL.
+
+Everything that talks to the database lives here: the driver boundary (:mod:`.db`), the schema
+and its numbered migrations (:mod:`.schema`), and every SQL statement delayq sends, named after
+its operation in ``queries.sql`` (loaded by :mod:`.queries`). The core imports no adapter
+(kombu transport, Spark, CLI, beat); adapters call this API and never build SQL.
+"""
+
+from __future__ import annotations
+
+from .cron import CronHandle, CronMessage, CronService, DailySchedule, config_hash
+from .db import Database, RetryPolicy
+from .errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    DelayqError,
+    InvalidInput,
+    SchemaMissing,
+)
+from .queue import DelayedQueue
+from .schema import migrate
+from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
+
+__all__ = [
+    "CronHandle",
+    "CronMessage",
+    "CronService",
+    "DailySchedule",
+    "Database",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "DelayedQueue",
+    "DelayqError",
+    "Envelope",
+    "InvalidInput",
+    "KindStatus",
+    "Offer",
+    "OfferOutcome",
+    "RetryPolicy",
+    "SchemaMissing",
+    "StoredMessage",
+    "config_hash",
+    "migrate",
+]
