@@ -389,3 +389,38 @@ SELECT EXISTS (
       AND "scheduledAtInitially" > %(at_ms)s AND "scheduledAtInitially" <= {now}
       AND "pKey" LIKE %(pattern)s ESCAPE '\'
 ) AS newer
+
+-- Statements of partitions that are kept, not consumed (Dramatiq's dead letters), and of
+-- whole-partition inspection; used through delayq_transport.core.partitions.
+
+-- dead_letter --
+-- Move deliveries (matched on id and lock, as acks are) to another kind, where no consumer
+-- polls: the row itself moves, so a dead letter is never a copy; a non-NULL payload replaces the
+-- stored one (the failed message with its final options). It is kept until
+-- scheduledAt = now + retention, then `expire_kinds` deletes it.
+UPDATE {table} AS t
+SET "pKind" = %(to_kind)s, "lockUuid" = NULL, "payload" = COALESCE(a.payload, t."payload"),
+    "scheduledAt" = {now} + %(retention_ms)s::bigint, "scheduledAtInitially" = {now}
+FROM unnest(%(ids)s::bigint[], %(locks)s::text[], %(payloads)s::bytea[]) AS a(id, lock, payload)
+WHERE t."id" = a.id AND t."lockUuid" = a.lock
+
+-- expire_kinds --
+-- Retention of kept partitions: delete their rows whose scheduledAt (end of retention) passed.
+DELETE FROM {table}
+WHERE "pKind" = ANY(%(kinds)s::text[]) AND "scheduledAt" <= {now} AND "lockUuid" IS NULL
+
+-- count_all --
+-- Every row of these kinds, in flight or not: a queue is "joined" when this reaches 0.
+SELECT count(*) AS n FROM {table} WHERE "pKind" = ANY(%(kinds)s::text[])
+
+-- list_kinds --
+-- Rows of these kinds, most recent first (dead-letter listings).
+SELECT "id", "pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "lockUuid", "createdAt"
+FROM {table}
+WHERE "pKind" = ANY(%(kinds)s::text[])
+ORDER BY "scheduledAtInitially" DESC, "id" DESC
+LIMIT %(limit)s
+
+-- kinds_like --
+-- Distinct kinds starting with a (LIKE-escaped) prefix: the queues an adapter has stored.
+SELECT DISTINCT "pKind" FROM {table} WHERE "pKind" LIKE %(pattern)s ESCAPE '\'
