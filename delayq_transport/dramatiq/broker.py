@@ -52,6 +52,25 @@ JOIN_POLL_S = 0.01
 FAILURES_KEPT = 100
 
 
+#: A dead-lettered message's exception as kept for ``join``: its type and arguments.
+Failure = tuple[type[BaseException], tuple[Any, ...]] | None
+
+
+def _failure(exc: BaseException | None) -> Failure:
+    return None if exc is None else (type(exc), exc.args)
+
+
+def _rebuild(failure: Failure) -> BaseException:
+    """The exception ``join(fail_fast=True)`` raises: same type and arguments."""
+    if failure is None:
+        return Exception("Message failed with unknown error")
+    kind, args = failure
+    try:
+        return kind(*args)
+    except Exception:
+        return Exception(f"{kind.__name__}{args!r}")
+
+
 class DelayqBroker(Broker):
     """A Dramatiq broker on delayq's ``DelayedQueue`` (see the module docstring).
 
@@ -111,7 +130,7 @@ class DelayqBroker(Broker):
                                   acquire_timeout=timedelta(seconds=acquire_timeout),
                                   ensure_schema=ensure_schema, relaxed_consumer_commits=True)
         self._kind_queues: dict[str, DelayedQueue] = {}
-        self._failures: defaultdict[str, deque[BaseException | None]] = defaultdict(
+        self._failures: defaultdict[str, deque[Failure]] = defaultdict(
             lambda: deque(maxlen=FAILURES_KEPT))
         self._lock = threading.Lock()
         self.hub = Hub(self)
@@ -208,10 +227,13 @@ class DelayqBroker(Broker):
             self.hub.flush()
             time.sleep(JOIN_POLL_S)
         if fail_fast if fail_fast is not None else self.fail_fast_default:
-            for exc in list(self._failures[queue_name]):
-                raise (exc or Exception("Message failed with unknown error")) from None
+            for failure in list(self._failures[queue_name]):
+                raise _rebuild(failure) from None
 
     def close(self) -> None:
+        """Release what any consumer of this broker still holds, stop the hub."""
+        for consumer in self.hub.consumers():
+            consumer.close()
         self.hub.stop()
         if self._owns_db:
             self.db.close()
@@ -220,8 +242,12 @@ class DelayqBroker(Broker):
 
     def record_failure(self, queue_name: str, message: MessageProxy,
                        exc: BaseException | None) -> None:
-        """Remember a dead-lettered message's exception for ``join(fail_fast=True)``."""
-        self._failures[names.canonical(queue_name)].append(exc)
+        """Remember a dead-lettered message's exception for ``join(fail_fast=True)``.
+
+        Only its type and arguments are kept (the exception is rebuilt when raised): holding
+        the exception would keep its traceback's frames alive for the broker's lifetime.
+        """
+        self._failures[names.canonical(queue_name)].append(_failure(exc))
 
     def dead_letters_of(self, queue_name: str, limit: int = 100) -> list[Message]:
         """Dead-lettered messages of a queue, newest first, as they were when they failed."""

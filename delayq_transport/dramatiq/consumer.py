@@ -62,6 +62,7 @@ class DelayqConsumer(Consumer):
         self._buffer: deque[Envelope] = deque()
         self._outstanding = 0          # buffered + handed to the worker, not yet acked
         self._held: dict[str, int] = {}  # lock -> deliveries still held under it
+        self._handed: dict[int, Envelope] = {}  # row id -> handed to the worker, not settled
         self._pending_acks: list[Envelope] = []
         self._wanted = True            # poll at once (start-up, a notification, a full poll)
         self._next_due_ms: float | None = None
@@ -90,7 +91,11 @@ class DelayqConsumer(Consumer):
 
     def _next_buffered(self) -> Envelope | None:
         with self._lock:
-            return self._buffer.popleft() if self._buffer else None
+            if not self._buffer:
+                return None
+            env = self._buffer.popleft()
+            self._handed[env.id] = env
+            return env
 
     def _room(self) -> int:
         with self._lock:
@@ -186,6 +191,8 @@ class DelayqConsumer(Consumer):
 
     def _release_slot(self, env: Envelope) -> None:
         with self._lock:
+            if self._handed.pop(env.id, None) is None:
+                return  # settled already (a second ack/nack of the same delivery)
             self._outstanding -= 1
             left = self._held.get(env.lock, 0) - 1
             if left > 0:
@@ -220,15 +227,22 @@ class DelayqConsumer(Consumer):
         self.event.set()
 
     def close(self) -> None:
-        """Give back what was fetched but never handed out, and delete what was acked."""
+        """Delete what was acked, give back everything else still held.
+
+        Dramatiq closes a consumer after its worker threads stopped and requeued their work,
+        so a delivery still unsettled here was never going to be processed by this consumer.
+        """
         self._closed = True
-        with self._lock:
-            buffered = list(self._buffer)
-            self._buffer.clear()
         try:
-            if buffered:
-                self.broker.queue.release(buffered)
             self.flush_acks()
+            with self._lock:
+                held = [*self._buffer, *self._handed.values()]
+                self._buffer.clear()
+                self._handed.clear()
+                self._outstanding = 0
+                self._held.clear()
+            if held:
+                self.broker.queue.release(held)
         finally:
             self.broker.hub.unregister(self)
 
