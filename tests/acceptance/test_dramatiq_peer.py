@@ -24,12 +24,12 @@ STUB_ONLY = {
     "tests/test_actors.py::test_actors_can_be_sent_messages",
     "tests/test_actors.py::test_worker_handles_non_numeric_eta_and_logs_warning",
     "tests/test_actors.py::test_worker_handles_none_eta",
-    # Asserts the worker holds 5 messages right after 5 in-memory sends (no network hop).
-    "tests/test_worker.py::test_workers_process_messages_in_order",
 }
 #: Wall-clock assertions that a loaded 2-core machine can miss with any broker
 #: (a 1 s TimeLimit checked once a second against a 2 s sleep; six 100 ms actors in 0.5 s).
 TIMING = {
+    # Asserts the worker holds 5 messages right after 5 sends, before the first NOTIFY lands.
+    "tests/test_worker.py::test_workers_process_messages_in_order",
     "tests/test_actors.py::test_actors_can_be_assigned_time_limits",
     "tests/test_actors.py::test_actor_messages_can_be_assigned_time_limits",
     "tests/test_composition.py::test_groups_execute_inner_groups[stub]",
@@ -56,4 +56,4 @@ def test_dramatiq_peer_suite(database_url: str, tmp_path: Path) -> None:
     assert failed <= STUB_ONLY | TIMING, out[-6000:]
     assert STUB_ONLY <= failed, "a StubBroker-only test passed: update the list and the docs"
     assert passed + len(failed) == TOTAL, summary
-    assert passed >= TOTAL - len(STUB_ONLY) - 2, summary
+    assert passed >= TOTAL - len(STUB_ONLY) - 3, summary
