@@ -28,6 +28,7 @@ PLUGIN_MODULES = (
     "delayq_beat.cli",
     "delayq_transport.cli.demo",
     "delayq_transport.spark.cli",
+    "delayq_transport.dramatiq.ledger",
 )
 
 
