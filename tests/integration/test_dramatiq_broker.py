@@ -1,0 +1,106 @@
+"""The Dramatiq broker in-process: due-only delivery, dead letters, retention, decoding."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("dramatiq")
+
+import dramatiq  # noqa: E402
+from dramatiq.message import Message  # noqa: E402
+
+from delayq_transport.core import partitions  # noqa: E402
+from delayq_transport.dramatiq import DelayqBroker, decode_dramatiq  # noqa: E402
+from delayq_transport.dramatiq.names import queue_of_kind  # noqa: E402
+
+
+@pytest.fixture
+def broker(database_url: str) -> Iterator[DelayqBroker]:
+    b = DelayqBroker(url=database_url, dead_message_ttl=60_000)
+    dramatiq.set_broker(b)
+    b.declare_queue("q")
+    yield b
+    b.close()
+
+
+def _message(*args: object) -> Message:
+    return Message(queue_name="q", actor_name="a", args=args, kwargs={}, options={})
+
+
+def test_a_delayed_message_is_a_row_due_at_its_eta_and_is_never_delivered_early(
+        broker: DelayqBroker) -> None:
+    sent = broker.enqueue(_message(1), delay=400)
+    assert sent.queue_name == "q.DQ" and "eta" in sent.options
+    row = partitions.list_kinds(broker.queue, ["dramatiq:q"])[0]
+    assert row.scheduled_at_ms == sent.options["eta"]
+    consumer = broker.consume("q", prefetch=4, timeout=100)
+    assert next(consumer) is None  # not due: nothing reaches the worker
+    deadline = time.monotonic() + 5
+    proxy = None
+    while proxy is None and time.monotonic() < deadline:
+        proxy = next(consumer)
+    assert proxy is not None and time.time() * 1000 >= sent.options["eta"]
+    # It arrives as the due message Dramatiq would run: its queue, no eta.
+    assert proxy.queue_name == "q" and "eta" not in proxy.options
+    consumer.ack(proxy)
+    consumer.close()
+    assert broker.stats("q") == {"messages": 0, "dead_letters": 0}
+
+
+def test_nack_moves_the_row_to_dead_letters_which_expire_after_their_retention(
+        broker: DelayqBroker) -> None:
+    broker.enqueue(_message("bad"))
+    consumer = broker.consume("q", prefetch=1, timeout=2000)
+    proxy = next(consumer)
+    assert proxy is not None
+    proxy.options["traceback"] = "boom"
+    consumer.nack(proxy)
+    consumer.close()
+    dead = broker.dead_letters_of("q")
+    assert [m.args for m in dead] == [("bad",)] and dead[0].options["traceback"] == "boom"
+    assert broker.stats("q") == {"messages": 0, "dead_letters": 1}
+    assert broker.expire_dead_letters() == 0  # kept for dead_message_ttl
+    short = DelayqBroker(url=broker.db.url, dead_message_ttl=0)
+    short.declare_queue("q")
+    try:
+        assert short.expire_dead_letters() == 0  # retention is fixed when dead-lettered
+    finally:
+        short.close()
+
+
+def test_dead_letter_and_ack_only_touch_rows_still_held_under_their_lock(
+        broker: DelayqBroker) -> None:
+    broker.enqueue(_message(1))
+    env = broker.queue.with_kind("dramatiq:q").try_poll()
+    assert env is not None
+    moved = partitions.dead_letter(broker.queue, [(env.id, "not-the-lock")], "dramatiq:q.XQ", 60)
+    assert moved == 0
+    assert partitions.dead_letter(broker.queue, [env], "dramatiq:q.XQ", 0) == 1
+    assert partitions.expire(broker.queue, ["dramatiq:q.XQ"]) == 1
+
+
+def test_join_waits_for_in_flight_rows_and_times_out(broker: DelayqBroker) -> None:
+    from dramatiq.errors import QueueJoinTimeout
+
+    broker.enqueue(_message(1))
+    consumer = broker.consume("q", prefetch=1, timeout=2000)
+    proxy = next(consumer)
+    with pytest.raises(QueueJoinTimeout):
+        broker.join("q", timeout=100)  # held, not acked yet
+    consumer.ack(proxy)
+    broker.join("q", timeout=5000)
+    consumer.close()
+
+
+def test_decoder_and_kind_names() -> None:
+    payload = _message(1, 2).encode()
+    decoded = decode_dramatiq(payload)
+    assert decoded is not None and decoded["name"] == "a" and decoded["args"] == [1, 2]
+    assert decode_dramatiq(b'{"task": "celery"}') is None
+    assert decode_dramatiq(b"\x00not json") is None
+    assert queue_of_kind("dramatiq:q:p3") == ("q", 3, False)
+    assert queue_of_kind("dramatiq:q.XQ") == ("q", 0, True)
+    assert queue_of_kind("celery") is None
