@@ -32,7 +32,6 @@ from typing import Any
 import click
 import psutil
 import redis
-
 from _common import (
     BENCH_DIR,
     IMG_DIR,

@@ -96,7 +96,8 @@ def app_env(database_url: str) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
-def start_worker(app_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., DramatiqWorker]]:
+def start_worker(app_env: dict[str, str],
+                 tmp_path: Path) -> Iterator[Callable[..., DramatiqWorker]]:
     workers: list[DramatiqWorker] = []
 
     def start(*args: str, env: dict[str, str] | None = None) -> DramatiqWorker:
