@@ -53,7 +53,12 @@ def noop(eta_ms: float | None = None) -> None:
 
 
 def send(count: int, delay_ms: int | None = None) -> None:
-    """Producer body: ``count`` no-op messages, each delayed ``delay_ms`` if given."""
+    """Producer body: ``count`` no-op messages, each delayed ``delay_ms`` if given.
+
+    The first send's time goes to the counter (``sent0``, earliest producer wins), so end to
+    end is measured from the first send, not from the producers' interpreter start.
+    """
+    counter.setnx("sent0", time.time())
     for _ in range(count):
         if delay_ms is None:
             noop.send()
