@@ -6,7 +6,8 @@ Same for every broker: the app ``bench/dramatiq_bench_app.py``, real ``dramatiq`
 a no-op actor reporting to a Redis counter database with one round trip. Phases:
 
 * **end to end**: N messages sent by 2 producer processes while a worker ``-p 2 -t 8`` runs,
-  first send to last execution (the producers' interpreter start is not counted); rounds interleave the brokers, the median is reported;
+  first send to last execution (the producers' interpreter start is not counted); rounds
+  interleave the brokers, the median is reported;
 * **worker alone**: N messages queued first, then a worker drains them (first to last run);
 * **delays** (worker ``-p 1 -t 4``, as in issue 14): idle RSS of the worker's processes, 100,000
   one-hour messages sent by 4 producers, RSS again once stable, then a sample of 2-second
@@ -54,6 +55,8 @@ BROKERS = ("delayq", "pg", "redis", "rabbitmq")
 LABELS = {"delayq": "delayq", "pg": "dramatiq-postgres", "redis": "Redis",
           "rabbitmq": "RabbitMQ"}
 DAY_MS = 86_400_000
+#: Producer send rate (msgs/s, both producers) of each end-to-end round, per broker.
+SEND_RATES: dict[str, list[float]] = {}
 
 
 @dataclass
@@ -172,7 +175,9 @@ def end_to_end(kind: str, admin_url: str, n: int, tmp: Path) -> float:
             if not wait_count(n, 300):
                 raise RuntimeError(f"{kind}: not all {n} ran")
             client = counter()
-            return n / (float(client.get("last")) - float(client.get("sent0")))
+            sent0 = float(client.get("sent0"))
+            SEND_RATES.setdefault(kind, []).append(n / (float(client.get("sent_end")) - sent0))
+            return n / (float(client.get("last")) - sent0)
         finally:
             worker.kill()
 
@@ -281,7 +286,8 @@ def main(database_url: str, messages: int, rounds: int, waiting: int, sample: in
         delayed[kind] = delays(kind, database_url, waiting, sample, tmp)
         console.print(f"{kind}: {delayed[kind]}")
     data = {"machine": info, "revision": git_revision(), "messages": messages,
-            "rounds": rounds, "waiting": waiting, "end_to_end": e2e, "worker_alone": alone,
+            "rounds": rounds, "waiting": waiting, "end_to_end": e2e, "send_rate": SEND_RATES,
+            "worker_alone": alone,
             "delays": delayed, "load_average_at_end": list(os.getloadavg())}
     write_results("dramatiq", data)
     if write:
@@ -299,19 +305,22 @@ def render(data: dict[str, Any]) -> str:
         d = delayed[k]
         late = (f"{d['late_p50_ms']:.1f} / {d['late_p99_ms']:.1f} / {d['late_min_ms']:.1f}"
                 if d.get("ran") else "-")
+        sends = data.get("send_rate", {}).get(k) or [float("nan")]
         rows.append([LABELS[k],
                      f"{med[k]:,.0f} ({', '.join(f'{x:,.0f}' for x in e2e[k])})",
+                     f"{statistics.median(sends):,.0f}",
                      f"{med[k] / best:.2f}×", f"{alone[k]:,.0f}", f"{alone[k] / best_alone:.2f}×",
                      f"{d['ran']}/{d['sample']}", late,
                      f"{d['idle_rss_mb']:.0f} → {d['rss_after_mb']:.0f} "
                      f"({d['rss_growth_mb']:+.0f})", f"{d['send_s']:.0f} s",
                      d["accepts_30_days"]])
     table = markdown_table(
-        ["broker", "end to end msgs/s, median (rounds)", "vs best other", "worker alone msgs/s",
+        ["broker", "end to end msgs/s, median (rounds)", "sends/s (2 producers)", "vs best other",
+         "worker alone msgs/s",
          "vs best other", "2-s messages run (30 s wait)", "lateness p50 / p99 / min ms",
          f"worker RSS MB, idle → {data['waiting'] // 1000}k waiting",
          f"{data['waiting'] // 1000}k sends took", "30-day delay"],
-        rows, "lrrrrrrrrl")
+        rows, "lrrrrrrrrrl")
     d = delayed["delayq"]
     others = [k for k in kinds if k != "delayq"]
     fastest = max(others, key=lambda k: med[k]) if others else "delayq"

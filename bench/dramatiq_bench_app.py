@@ -65,3 +65,4 @@ def send(count: int, delay_ms: int | None = None) -> None:
         else:
             noop.send_with_options(kwargs={"eta_ms": time.time() * 1000 + delay_ms},
                                    delay=delay_ms)
+    counter.set("sent_end", time.time())  # the last producer to finish writes last
