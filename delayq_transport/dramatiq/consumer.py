@@ -38,6 +38,10 @@ ACK_FLUSH_INTERVAL_S = 0.02
 EXPIRE_INTERVAL_S = 60.0
 #: After a timer finds nothing due (host and database clocks differ slightly), look again soon.
 SKEW_RETRY_S = 0.005
+#: A busy consumer (messages in flight) answers notifications at most this often: under a
+#: stream of sends every send notifies every worker process, and polling once per message per
+#: process spent the database's CPU that the producers needed. An idle consumer polls at once.
+BUSY_POLL_GAP_S = 0.005
 
 
 class DelayqMessageProxy(MessageProxy):
@@ -102,9 +106,13 @@ class DelayqConsumer(Consumer):
             return self.prefetch - self._outstanding
 
     def _should_poll(self) -> bool:
-        if self._closed or self._room() <= 0:
+        room = self._room()
+        if self._closed or room <= 0:
             return False
-        if self._wanted or time.monotonic() - self._last_poll >= self.broker.polling_interval:
+        since = time.monotonic() - self._last_poll
+        if self._wanted and (room == self.prefetch or since >= BUSY_POLL_GAP_S):
+            return True
+        if since >= self.broker.polling_interval:
             return True
         due = self._next_due_ms
         return due is not None and due <= time.time() * 1000
@@ -128,6 +136,8 @@ class DelayqConsumer(Consumer):
     def _wait_s(self, deadline: float) -> float:
         now = time.monotonic()
         wait = min(deadline - now, self.broker.polling_interval - (now - self._last_poll))
+        if self._wanted:  # a busy consumer holding back a notification (BUSY_POLL_GAP_S)
+            wait = min(wait, max(BUSY_POLL_GAP_S - (now - self._last_poll), 0.0005))
         due = self._next_due_ms
         if due is not None and self._room() > 0:
             wait = min(wait, max((due - time.time() * 1000) / 1000, SKEW_RETRY_S))
