@@ -17,12 +17,12 @@ from datetime import datetime
 from pathlib import Path
 
 import click
-import psycopg
 from rich.live import Live
 from rich.table import Table
 
-from ..core.db import mask_password
+from ..core.db import Database, mask_password
 from ..core.queue import DelayedQueue
+from ..core.runlog import RunLog
 from . import embedded
 from .main import Context, console, register
 
@@ -61,10 +61,8 @@ def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout: float = 
     raise click.ClickException(f"worker not ready after {timeout}s; log: {log_path}")
 
 
-def _refresh(tasks: list[DemoTask], queue: DelayedQueue, conn: psycopg.Connection) -> None:
-    runs = conn.execute(
-        "SELECT task_id, state, at FROM delayq_demo_runs ORDER BY at"
-    ).fetchall()
+def _refresh(tasks: list[DemoTask], queue: DelayedQueue, log: RunLog) -> None:
+    runs = log.steps()
     latest = {task_id: (state, at) for task_id, state, at in runs}
     for task in tasks:
         row = queue.get(task.task_id)
@@ -98,11 +96,8 @@ def demo(obj: Context, keep_worker: bool) -> None:
         console.print(f"no database configured: started embedded PostgreSQL in "
                       f"[bold]{embedded.default_data_dir()}[/bold] ({url})")
     console.print(f"database: {mask_password(url)}")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS delayq_demo_runs")
-        from .demo_app import DEMO_TABLE_DDL
-
-        conn.execute(DEMO_TABLE_DDL)
+    with Database(url, max_size=1) as db:
+        RunLog(db).reset()
     env = dict(os.environ, DELAYQ_DEMO_DB=url,
                DELAYQ_DEMO_BROKER="delayq+postgresql://localhost/postgres")
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"delayq-demo-worker-{os.getpid()}.log"
@@ -135,10 +130,10 @@ def _run(queue: DelayedQueue, url: str, env: dict[str, str]) -> None:
     tasks.append(DemoTask(result.id, f"flaky: fails, retry(countdown={RETRY_AFTER_S})",
                           queue.get(result.id).scheduled_at))  # type: ignore[union-attr]
     deadline = time.monotonic() + DEMO_TIMEOUT_S
-    with psycopg.connect(url, autocommit=True) as conn, \
-            Live(console=console, refresh_per_second=8) as live:
+    with Database(url, max_size=1) as db, Live(console=console, refresh_per_second=8) as live:
+        log = RunLog(db)
         while time.monotonic() < deadline:
-            _refresh(tasks, queue, conn)
+            _refresh(tasks, queue, log)
             live.update(_view(tasks, queue.now()))
             if all(t.state == "done" for t in tasks):
                 break

@@ -14,9 +14,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..core import validate_table_name
 from ..core.db import Database, mask_password
 from ..core.errors import DelayqError
-from ..core.queries import validate_table_name
 from ..core.queue import DelayedQueue
 from ..core.schema import MIGRATIONS, migrate
 from ..core.timeutil import from_ms

@@ -389,3 +389,22 @@ SELECT EXISTS (
       AND "scheduledAtInitially" > %(at_ms)s AND "scheduledAtInitially" <= {now}
       AND "pKey" LIKE %(pattern)s ESCAPE '\'
 ) AS newer
+
+-- Statements of the demo (`delayq demo`): its Celery app logs each run of its tasks so the
+-- live view can show scheduled -> running -> done. Not part of the queue.
+
+-- runlog_reset --
+-- Start the demo's run log afresh.
+DROP TABLE IF EXISTS delayq_demo_runs;
+CREATE TABLE delayq_demo_runs (
+    task_id TEXT NOT NULL, attempt INT NOT NULL, state TEXT NOT NULL,
+    at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (task_id, attempt, state))
+
+-- runlog_record --
+-- One step of one run of a demo task (running, retrying, done).
+INSERT INTO delayq_demo_runs (task_id, attempt, state) VALUES (%(task_id)s, %(attempt)s, %(state)s)
+ON CONFLICT DO NOTHING
+
+-- runlog_list --
+-- Every step so far, oldest first (the view keeps each task's latest).
+SELECT task_id, state, at FROM delayq_demo_runs ORDER BY at

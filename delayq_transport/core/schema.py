@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from .db import Database
+from .periodic import create_periodic_tables
 from .queries import MIGRATIONS_TABLE, Queries, validate_table_name
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,8 @@ MIGRATIONS: list[Migration] = [
     Migration(1, "delayed_queue table and the three indexes of internals.md", _create_queue_table),
     Migration(2, "NOTIFY wake-ups on insert and on release", _create_notify_triggers),
     Migration(3, "exchange bindings shared across processes", _create_bindings_table),
+    Migration(10, "delayq_beat: DB-backed entries and installed-entry ledger",
+              create_periodic_tables),
 ]
 
 
