@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from .db import Database
+from .errors import PermissionDenied, SchemaMissing
 from .periodic import create_periodic_tables
 from .queries import MIGRATIONS_TABLE, Queries, validate_table_name
 
@@ -149,8 +150,41 @@ def migrate(db: Database, table: str) -> list[int]:
     return db.run(work)
 
 
+def applied_versions(db: Database, table: str) -> set[int]:
+    """Versions the ledger records for ``table``, read-only (no ledger yet: none)."""
+    try:
+        rows = db.fetchall(Queries(table)["migrations_applied"], {"table_name": table})
+    except SchemaMissing:
+        return set()
+    return {int(r[0]) for r in rows}
+
+
+def missing_migrations(db: Database, table: str) -> list[Migration]:
+    """Registered migrations the ledger does not record for ``table``, in order."""
+    done = applied_versions(db, table)
+    return [m for m in MIGRATIONS if m.version not in done]
+
+
+def ensure_schema(db: Database, table: str) -> list[int]:
+    """What first use runs: read the ledger (needs only SELECT) and migrate only if something
+    is missing, so a role without DDL rights works once ``delayq migrate`` has run.
+
+    A role that cannot run the missing DDL gets :class:`SchemaMissing` naming the migrations
+    and the command to run as an admin, instead of "permission denied for schema public".
+    """
+    missing = missing_migrations(db, table)
+    if not missing:
+        return []
+    try:
+        return migrate(db, table)
+    except PermissionDenied as exc:
+        names = "; ".join(f"{m.version} ({m.description})" for m in missing)
+        raise SchemaMissing(
+            f"the schema of {table!r} is not current: missing migration(s) {names}. This role "
+            f"cannot apply them ({exc}); run `delayq migrate` as a role that may run DDL (the "
+            "tables' owner), see `delayq grants` and docs/operations.md"
+        ) from exc
+
+
 def current_version(db: Database, table: str) -> int:
-    q = Queries(table)
-    db.execute(q["migrations_ensure"])
-    rows = db.fetchall(q["migrations_applied"], {"table_name": table})
-    return max((r[0] for r in rows), default=0)
+    return max(applied_versions(db, table), default=0)
