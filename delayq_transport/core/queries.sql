@@ -528,3 +528,71 @@ GRANT SELECT ON {schema}.{migrations} TO {role}
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.{table}, {schema}.{bindings}, {schema}.{migrations} TO {role};
 GRANT pg_monitor TO {role}
+
+-- health_blockers --
+-- What holds back the xmin horizon (rows VACUUM may not remove yet: every lease UPDATE and ack
+-- DELETE leaves one at the low end of the poll's index), oldest first: client sessions with a
+-- snapshot or transaction id (or idle in transaction), standbys with hot_standby_feedback,
+-- replication slots, prepared transactions. Other roles' sessions are only visible with
+-- pg_monitor. Sessions younger than `min_age_s` (every running statement has a snapshot) are left out.
+SELECT * FROM (
+    SELECT 'session' AS source, a.pid, a.usename::text AS role_name,
+           a.application_name AS application, a.datname::text AS database, a.state,
+           extract(epoch FROM now() - a.xact_start)::float8 AS age_s,
+           age(COALESCE(a.backend_xmin, a.backend_xid))::bigint AS xmin_age_xids,
+           left(a.query, 200) AS detail
+    FROM pg_stat_activity AS a
+    WHERE a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'
+      AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL
+           OR a.state LIKE 'idle in transaction%%')
+      AND a.xact_start < now() - make_interval(secs => %(min_age_s)s)
+    UNION ALL
+    SELECT 'standby', r.pid, r.usename::text, r.application_name, NULL, r.state, NULL,
+           age(r.backend_xmin)::bigint, host(r.client_addr)
+    FROM pg_stat_replication AS r WHERE r.backend_xmin IS NOT NULL
+    UNION ALL
+    SELECT 'replication_slot', s.active_pid, NULL, s.slot_name::text, s.database::text,
+           CASE WHEN s.active THEN 'active' ELSE 'inactive' END, NULL,
+           GREATEST(age(s.xmin), age(s.catalog_xmin))::bigint,
+           'xmin ' || COALESCE(s.xmin::text, '-') || ', catalog_xmin ' || COALESCE(s.catalog_xmin::text, '-')
+    FROM pg_replication_slots AS s WHERE s.xmin IS NOT NULL OR s.catalog_xmin IS NOT NULL
+    UNION ALL
+    SELECT 'prepared_transaction', NULL, p.owner::text, p.gid, p.database::text, 'prepared',
+           extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint, NULL
+    FROM pg_prepared_xacts AS p
+) AS b
+ORDER BY b.xmin_age_xids DESC NULLS LAST, b.age_s DESC NULLS LAST
+LIMIT %(limit)s
+
+-- health_table --
+-- The queue table from the catalogs and cumulative statistics (no table read): sizes, live and
+-- dead tuples, time since the last (auto)vacuum/analyze, and the average row width pg_stats
+-- measured (for the bloat estimate; NULL before the first ANALYZE).
+SELECT pg_relation_size(c.oid) AS table_bytes, pg_total_relation_size(c.oid) AS total_bytes,
+       st.n_live_tup AS live_tuples, st.n_dead_tup AS dead_tuples,
+       st.n_mod_since_analyze AS modified_since_analyze,
+       extract(epoch FROM now() - GREATEST(st.last_vacuum, st.last_autovacuum))::float8 AS since_vacuum_s,
+       extract(epoch FROM now() - GREATEST(st.last_analyze, st.last_autoanalyze))::float8 AS since_analyze_s,
+       (SELECT sum(ps.avg_width) FROM pg_stats AS ps
+        WHERE ps.schemaname = ns.nspname AND ps.tablename = c.relname AND NOT ps.inherited)::bigint AS row_width,
+       current_setting('block_size')::int AS block_size
+FROM pg_class AS c
+JOIN pg_namespace AS ns ON ns.oid = c.relnamespace
+LEFT JOIN pg_stat_user_tables AS st ON st.relid = c.oid
+WHERE c.oid = to_regclass({table_literal})
+
+-- health_indexes --
+-- Each index of the queue table: size, scans, and the average width of its key columns from
+-- pg_stats (for the bloat estimate; NULL before the first ANALYZE).
+SELECT ic.relname::text AS name, pg_relation_size(i.indexrelid) AS bytes, si.idx_scan AS scans,
+       (SELECT sum(ps.avg_width) FROM pg_attribute AS a
+        JOIN pg_stats AS ps ON ps.schemaname = ns.nspname AND ps.tablename = tc.relname
+                           AND ps.attname = a.attname AND NOT ps.inherited
+        WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey))::bigint AS key_width
+FROM pg_index AS i
+JOIN pg_class AS ic ON ic.oid = i.indexrelid
+JOIN pg_class AS tc ON tc.oid = i.indrelid
+JOIN pg_namespace AS ns ON ns.oid = tc.relnamespace
+LEFT JOIN pg_stat_user_indexes AS si ON si.indexrelid = i.indexrelid
+WHERE i.indrelid = to_regclass({table_literal})
+ORDER BY ic.relname
