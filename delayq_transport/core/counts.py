@@ -64,7 +64,7 @@ def capped_status(queue: DelayedQueue, cap: int = COUNT_CAP) -> list[KindStatus]
     rows, flying, estimates = queue.db.run(work)
     shares = _kind_shares(estimates, [r[0] for r in rows])
     total = _live_rows_estimate(estimates)
-    return [_kind_status(r, flying.get(r[0], 0), cap, shares, total) for r in rows]
+    return [_kind_status(r, flying.get(r[0], 0), cap, shares, total) for r in sorted(rows)]
 
 
 def _kind_status(row: tuple[Any, ...], in_flight: int, cap: int,

@@ -190,7 +190,8 @@ ORDER BY "pKind"
 -- Per-kind counters of `delayq status` with every count bounded: the kinds come from a skip
 -- scan of the (pKind, scheduledAt) index (one descent per kind), then due rows and scheduled
 -- rows are each counted in index order up to `cap`. Same definitions as `status`; in-flight
--- rows come from `status_in_flight`. Run after `count_plan_guard`.
+-- rows come from `status_in_flight`. Run after `count_plan_guard`. Rows come in no particular
+-- order (the caller sorts the few kinds; a Sort node here is what the plan guard forbids).
 WITH RECURSIVE kinds AS (
     (SELECT "pKind" AS kind FROM {table} ORDER BY "pKind" LIMIT 1)
     UNION ALL
@@ -216,7 +217,6 @@ CROSS JOIN LATERAL (
           ORDER BY "scheduledAt" LIMIT %(cap)s) AS y
 ) AS s
 WHERE k.kind IS NOT NULL
-ORDER BY k.kind
 
 -- status_in_flight --
 -- Rows held under a live lease, per kind, read through the lockUuid index (in-flight rows are
