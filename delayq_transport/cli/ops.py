@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..core.counts import COUNT_CAP
-from ..core.queries import ROLE_PROFILES, grants_for
+from ..core.grants import ROLE_PROFILES, grants_for
 from .main import Context, console, register
 
 

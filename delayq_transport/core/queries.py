@@ -97,19 +97,3 @@ def grant_statements(block: str, *, table: str, role: str, schema: str) -> list[
     text = sql.SQL(raw_queries()[GRANT_PREFIX + block]).format(**idents).as_string(None)
     return [s.strip() + ";" for s in text.split(";\n") if s.strip()]
 
-
-#: ``delayq grants --as PROFILE``: the grant_* blocks each kind of role needs.
-ROLE_PROFILES: dict[str, tuple[str, ...]] = {
-    "admin": ("admin",),
-    "worker": ("worker", "beat"),
-    "producer": ("producer",),
-    "monitor": ("monitor",),
-}
-
-
-def grants_for(profile: str, *, table: str, role: str, schema: str = "public") -> list[str]:
-    """Every GRANT a role of this profile needs on ``schema`` (see docs/operations.md)."""
-    if profile not in ROLE_PROFILES:
-        raise InvalidInput(f"unknown role profile {profile!r}: one of {sorted(ROLE_PROFILES)}")
-    return [s for block in ROLE_PROFILES[profile]
-            for s in grant_statements(block, table=table, role=role, schema=schema)]
