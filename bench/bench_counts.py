@@ -40,7 +40,7 @@ from delayq_transport.core.health import check_health
 from delayq_transport.metrics import render
 
 console = Console()
-FAR_MS = 3_600_000  # far rows are due an hour (plus their index in ms) from load time
+FAR_MS = 86_400_000  # far rows are due a day (plus their index in ms) after the load
 
 LOAD_SQL = """
 INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", "scheduledAtInitially",
