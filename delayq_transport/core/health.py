@@ -2,9 +2,9 @@
 
 Every lease ``UPDATE`` and ack ``DELETE`` leaves a dead row version (and index entries) at the
 low end of the ``(pKind, scheduledAt)`` index, exactly where every poll starts. VACUUM removes
-them only once no snapshot can still see them, so the oldest transaction of the *whole cluster*
-(a ``pg_dump``, a report, an idle-in-transaction session, a standby with
-``hot_standby_feedback``, a replication slot, a forgotten prepared transaction) decides how many
+them only once no snapshot can still see them, so the oldest transaction of the *database*
+(a ``pg_dump``, a report, an idle-in-transaction session, a forgotten prepared transaction) or
+of the cluster (a standby with ``hot_standby_feedback``, a replication slot) decides how many
 dead entries each poll walks. :func:`check_health` names those holders (pid, application, age)
 and measures dead tuples and bloat, and :func:`assess` turns them into warnings with the
 thresholds below (documented in docs/operations.md). Nothing here reads the queue table itself;

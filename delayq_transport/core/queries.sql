@@ -533,8 +533,11 @@ GRANT pg_monitor TO {role}
 -- What holds back the xmin horizon (rows VACUUM may not remove yet: every lease UPDATE and ack
 -- DELETE leaves one at the low end of the poll's index), oldest first: client sessions with a
 -- snapshot or transaction id (or idle in transaction), standbys with hot_standby_feedback,
--- replication slots, prepared transactions. Other roles' sessions are only visible with
--- pg_monitor. Sessions younger than `min_age_s` (every running statement has a snapshot) are left out.
+-- replication slots, prepared transactions. VACUUM of a table ignores sessions and prepared
+-- transactions of *other* databases, so only this database's are listed; standbys and physical
+-- slots hold every database. A slot's catalog_xmin holds back catalogs only (shown, not aged).
+-- Other roles' sessions are only visible with pg_monitor. Sessions younger than `min_age_s`
+-- (every running statement has a snapshot) are left out.
 SELECT * FROM (
     SELECT 'session' AS source, a.pid, a.usename::text AS role_name,
            a.application_name AS application, a.datname::text AS database, a.state,
@@ -543,6 +546,7 @@ SELECT * FROM (
            left(a.query, 200) AS detail
     FROM pg_stat_activity AS a
     WHERE a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'
+      AND a.datname = current_database()
       AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL
            OR a.state LIKE 'idle in transaction%%')
       AND a.xact_start < now() - make_interval(secs => %(min_age_s)s)
@@ -553,13 +557,15 @@ SELECT * FROM (
     UNION ALL
     SELECT 'replication_slot', s.active_pid, NULL, s.slot_name::text, s.database::text,
            CASE WHEN s.active THEN 'active' ELSE 'inactive' END, NULL,
-           GREATEST(age(s.xmin), age(s.catalog_xmin))::bigint,
+           age(s.xmin)::bigint,
            'xmin ' || COALESCE(s.xmin::text, '-') || ', catalog_xmin ' || COALESCE(s.catalog_xmin::text, '-')
-    FROM pg_replication_slots AS s WHERE s.xmin IS NOT NULL OR s.catalog_xmin IS NOT NULL
+    FROM pg_replication_slots AS s
+    WHERE (s.xmin IS NOT NULL OR s.catalog_xmin IS NOT NULL)
+      AND (s.database IS NULL OR s.database = current_database())
     UNION ALL
     SELECT 'prepared_transaction', NULL, p.owner::text, p.gid, p.database::text, 'prepared',
            extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint, NULL
-    FROM pg_prepared_xacts AS p
+    FROM pg_prepared_xacts AS p WHERE p.database = current_database()
 ) AS b
 ORDER BY b.xmin_age_xids DESC NULLS LAST, b.age_s DESC NULLS LAST
 LIMIT %(limit)s
