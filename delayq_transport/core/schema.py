@@ -156,6 +156,10 @@ def applied_versions(db: Database, table: str) -> set[int]:
         rows = db.fetchall(Queries(table)["migrations_applied"], {"table_name": table})
     except SchemaMissing:
         return set()
+    except PermissionDenied as exc:
+        raise PermissionDenied(
+            f"{exc}; every delayq role needs SELECT on {MIGRATIONS_TABLE} to check the schema "
+            "(see `delayq grants`)") from exc
     return {int(r[0]) for r in rows}
 
 
