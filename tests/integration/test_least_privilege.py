@@ -109,3 +109,18 @@ def test_missing_migration_is_named_for_a_dml_only_role(urls: dict[str, str],
     with Database(database_url) as db:  # the admin step; idempotent DDL
         assert migrate(db, "delayed_queue") == [3]
     DelayedQueue(urls["worker"]).close()
+
+
+def test_a_role_without_grants_is_told_what_it_lacks(database_url: str) -> None:
+    import uuid
+
+    from _pg_roles import role_url
+
+    name = f"dq_none_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{name}" LOGIN')
+        try:
+            with pytest.raises(PermissionDenied, match="delayq_migrations.*delayq grants"):
+                DelayedQueue(role_url(database_url, name))
+        finally:
+            admin.execute(f'DROP ROLE "{name}"')
