@@ -27,6 +27,8 @@ console = Console()
 PLUGIN_MODULES = (
     "delayq_beat.cli",
     "delayq_transport.cli.demo",
+    "delayq_transport.cli.tasks",
+    "delayq_transport.web.cli",
     "delayq_transport.spark.cli",
 )
 
