@@ -171,6 +171,16 @@ class Inspector:
                   "now": self._now()}
         return [TaskRow.from_row(r) for r in self.db.fetchall(self.q["inspect_window"], params)]
 
+    def held(self, kinds: Sequence[str], *, after: tuple[int, int] = (MIN_MS, MIN_MS),
+             budget: int = 100) -> list[TaskRow]:
+        """Rows a consumer acquired (live or lapsed lease) after the cursor, in (scheduledAt, id)
+        order, through the lockUuid index."""
+        if not 1 <= budget <= MAX_WINDOW:
+            raise InvalidInput(f"budget must be 1..{MAX_WINDOW}, got {budget}")
+        params = {"kinds": [validate_kind(k) for k in kinds], "after_at": int(after[0]),
+                  "after_id": int(after[1]), "budget": budget, "now": self._now()}
+        return [TaskRow.from_row(r) for r in self.db.fetchall(self.q["inspect_held"], params)]
+
     def by_ids(self, ids: Sequence[int]) -> list[TaskRow]:
         ids = [int(i) for i in ids]
         if not ids:

@@ -431,6 +431,18 @@ SELECT t."id", t."pKey", t."pKind", CASE WHEN %(with_payload)s THEN t."payload" 
 FROM w JOIN {table} AS t ON t."id" = w.id CROSS JOIN n
 ORDER BY w.at, w.id
 
+-- inspect_held --
+-- Rows a consumer acquired (lockUuid set), after the keyset cursor: found through the lockUuid
+-- index, so listing what is in flight never walks the scheduled rows. Few by nature (workers'
+-- prefetch); `budget` bounds them anyway.
+SELECT t."id", t."pKey", t."pKind", NULL::bytea, t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."lockUuid" IS NOT NULL AND t."pKind" = ANY(%(kinds)s::text[])
+  AND (t."scheduledAt", t."id") > (%(after_at)s::bigint, %(after_id)s::bigint)
+ORDER BY t."scheduledAt", t."id"
+LIMIT %(budget)s
+
 -- inspect_by_ids --
 -- Full rows by primary key (a page's payloads, one task's page).
 SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",

@@ -149,7 +149,10 @@ class TaskService:
         message = None if row.payload is None else decoders.decode(row.payload)
         return TaskView(row, message, self.hide_args)
 
-    def _matches(self, f: TaskFilter, row: TaskRow, prefix: str | None) -> bool:
+    def _matches(self, f: TaskFilter, row: TaskRow, prefix: str | None,
+                 bounds: tuple[int, int]) -> bool:
+        if not bounds[0] <= row.scheduled_at_ms < bounds[1]:
+            return False
         if f.state == "redelivered" and not row.redelivered:
             return False
         if f.state in ("due", "scheduled", "in_flight") and row.state != f.state:
@@ -182,18 +185,29 @@ class TaskService:
         found: list[TaskRow] = []
         scanned = 0
         while scanned < SCAN_LIMIT:
-            rows = self.inspector.window(kinds, after=after, lo=lo, hi=hi, budget=SCAN_CHUNK,
-                                         with_payload=f.needs_payload)
+            rows = self._chunk(f, kinds, after, lo, hi)
             for row in rows:
                 scanned += 1
                 after = _pos(row)
-                if self._matches(f, row, prefix):
+                if self._matches(f, row, prefix, (lo, hi)):
                     found.append(row)
                     if len(found) == limit:
                         return TaskPage(self._with_payloads(found), after, scanned, False)
             if len(rows) < SCAN_CHUNK:
                 return TaskPage(self._with_payloads(found), None, scanned, False)
         return TaskPage(self._with_payloads(found), after, scanned, True)
+
+    def _chunk(self, f: TaskFilter, kinds: list[str], after: tuple[int, int], lo: int,
+               hi: int) -> list[TaskRow]:
+        """The next rows to examine: in-flight rows come from the lockUuid index (held rows are
+        few), everything else from the keyset window."""
+        if f.state == "in_flight":
+            rows = self.inspector.held(kinds, after=after, budget=SCAN_CHUNK)
+            if f.needs_payload:
+                rows = self.inspector.by_ids([r.id for r in rows])
+            return rows
+        return self.inspector.window(kinds, after=after, lo=lo, hi=hi, budget=SCAN_CHUNK,
+                                     with_payload=f.needs_payload)
 
     def _with_payloads(self, rows: list[TaskRow]) -> list[TaskView]:
         missing = [r.id for r in rows if r.payload is None]
