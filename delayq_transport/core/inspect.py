@@ -192,6 +192,10 @@ class Inspector:
         params = {"key": validate_key(key), "now": self._now()}
         return [TaskRow.from_row(r) for r in self.db.fetchall(self.q["inspect_by_key"], params)]
 
+    def by_keys(self, keys: Sequence[str]) -> list[TaskRow]:
+        params = {"keys": [validate_key(k) for k in keys], "now": self._now()}
+        return [TaskRow.from_row(r) for r in self.db.fetchall(self.q["inspect_by_keys"], params)]
+
     def cancel(self, ids: Sequence[int]) -> list[int]:
         """Delete the waiting rows among ``ids``; returns the ids deleted (held rows stay)."""
         ids = [int(i) for i in ids]

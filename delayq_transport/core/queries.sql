@@ -460,6 +460,15 @@ WHERE t."pKey" = %(key)s
 ORDER BY t."id"
 LIMIT 20
 
+-- inspect_by_keys --
+-- Rows of these keys (task ids) in any kind: the watch list (is my task still queued?).
+SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."pKey" = ANY(%(keys)s::text[])
+ORDER BY t."scheduledAt", t."id"
+LIMIT 1000
+
 -- inspect_cancel --
 -- Delete waiting rows by id. Rows a consumer holds (lockUuid set) are never deleted: the caller
 -- reports them as in flight.

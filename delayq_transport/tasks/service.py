@@ -35,6 +35,7 @@ SCAN_CHUNK = 1_000
 COUNT_CAP = 10_000
 TIMELINE_CAP = 2_000
 RATE_WINDOW_S = 60.0
+MAX_WATCH = 100
 
 
 class TaskNotFound(DelayqError, LookupError):
@@ -239,6 +240,15 @@ class TaskService:
             waiting = [r for r in rows if not r.held]
             rows = waiting or rows
         return self._view(rows[0])
+
+    def watch(self, keys: list[str]) -> list[tuple[str, TaskView | None]]:
+        """Each task id with its row, or None once it left the queue (ran, or cancelled)."""
+        if len(keys) > MAX_WATCH:
+            raise InvalidInput(f"watch at most {MAX_WATCH} task ids at once")
+        rows: dict[str, TaskRow] = {}
+        for row in self.inspector.by_keys(keys):
+            rows.setdefault(row.key, row)
+        return [(k, self._view(rows[k]) if k in rows else None) for k in keys]
 
     # -- actions ------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from ..tasks import decode_cursor, encode_cursor
 from ..tasks.beat import beat_entries, set_beat_enabled
 from ..tasks.filters import page_size
 from .app import state
-from .pages import Guard, _reschedule, beat_action, filter_from, hours_param
+from .pages import Guard, _reschedule, beat_action, filter_from, hours_param, watch_ids
 
 
 async def overview(request: Request) -> Response:
@@ -66,6 +66,14 @@ async def run_now(request: Request, body: dict[str, str]) -> Response:
     return JSONResponse(asdict(await st.call(st.service.run_now, request.path_params["ident"])))
 
 
+async def watch(request: Request) -> Response:
+    st = state(request)
+    found = await st.call(st.service.watch, watch_ids(request))
+    return JSONResponse({"tasks": [
+        {"key": key, "state": "gone", "task": None} if view is None else view.as_dict()
+        for key, view in found]})
+
+
 async def beat(request: Request) -> Response:
     st = state(request)
     return JSONResponse({"entries": await st.call(beat_entries, st.queue)})
@@ -92,6 +100,7 @@ def routes(guard: Guard) -> list[Route]:
         Route("/api/tasks/{ident}/cancel", guard(cancel), methods=["POST"]),
         Route("/api/tasks/{ident}/reschedule", guard(reschedule), methods=["POST"]),
         Route("/api/tasks/{ident}/run-now", guard(run_now), methods=["POST"]),
+        Route("/api/watch", watch),
         Route("/api/beat", beat),
         Route("/api/beat/{action}", guard(beat_toggle), methods=["POST"]),
         Route("/api/csrf", csrf),

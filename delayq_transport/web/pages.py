@@ -101,6 +101,19 @@ async def run_now(request: Request, body: dict[str, str]) -> Response:
     return _back(str(result.id), result.detail)
 
 
+def watch_ids(request: Request) -> list[str]:
+    ids = [i.strip() for i in request.query_params.get("ids", "").split(",") if i.strip()]
+    if not ids:
+        raise InvalidInput("give task ids to watch: /watch?ids=ID1,ID2")
+    return ids
+
+
+async def watch(request: Request) -> Response:
+    st = state(request)
+    found = await st.call(st.service.watch, watch_ids(request))
+    return render(request, "watch.html", found=found)
+
+
 async def beat(request: Request) -> Response:
     st = state(request)
     entries = await st.call(beat_entries, st.queue)
@@ -133,6 +146,7 @@ def routes(guard: Guard) -> list[Route]:
         Route("/tasks/{ident}/cancel", guard(cancel), methods=["POST"]),
         Route("/tasks/{ident}/reschedule", guard(reschedule), methods=["POST"]),
         Route("/tasks/{ident}/run-now", guard(run_now), methods=["POST"]),
+        Route("/watch", watch),
         Route("/beat", beat),
         Route("/beat/{action}", guard(beat_toggle), methods=["POST"]),
     ]

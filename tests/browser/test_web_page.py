@@ -4,12 +4,17 @@ read-only and credentials modes."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from playwright.sync_api import expect
 from acceptance.celery_app import mark
 from acceptance.conftest import executions, wait_until
 
@@ -110,3 +115,30 @@ def test_credentials_are_required_and_work(database_url, producer, web, browser:
     assert left == (0,)
 
 
+
+
+def test_demo_prints_the_page_and_it_shows_tasks_go_scheduled_to_done(database_url,
+                                                                      page) -> None:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="400")
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "delayq_transport", "-d", database_url, "demo", "--web-port", "0",
+         "--linger", "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True)
+    try:
+        watch_url = None
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            found = re.search(r"(http://127\.0\.0\.1:\d+/watch\?ids=\S+)", line)
+            if found:
+                watch_url = found.group(1)
+                break
+        assert watch_url, "the demo printed no watch URL"
+        page.goto(watch_url)
+        rows = page.locator("#watch-table tbody tr")
+        assert rows.count() == 6
+        page.locator("tr[data-state='scheduled']").first.wait_for()  # seen waiting...
+        done = page.locator("#watch-table tr[data-state='done']")
+        expect(done).to_have_count(6, timeout=45_000)  # ...then done, by live refresh alone
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)
+        demo.wait(timeout=60)
