@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from playwright.sync_api import expect
 from acceptance.celery_app import mark
 from acceptance.conftest import executions, wait_until
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.slow
 
