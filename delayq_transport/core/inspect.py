@@ -211,11 +211,15 @@ class Inspector:
                   "expected_initially": row.scheduled_at_initially_ms}
         return bool(self.db.fetchall(self.q["inspect_reschedule"], params))
 
-    def overview(self, kinds: Sequence[str], cap: int = 10_000) -> list[KindOverview]:
+    def overview(self, kinds: Sequence[str], cap: int = 10_000,
+                 redelivered_cap: int = 1_000) -> list[KindOverview]:
+        """Bounded counters per kind; redeliveries are counted among the ``redelivered_cap``
+        soonest rows of each kind (they need the heap, the other counts only the index)."""
         kinds = [validate_kind(k) for k in kinds]
         if not kinds:
             return []
-        params = {"kinds": kinds, "cap": cap, "now": self._now()}
+        params = {"kinds": kinds, "cap": cap, "redelivered_cap": redelivered_cap,
+                  "now": self._now()}
         rows = self.db.fetchall(self.q["inspect_overview"], params)
         return [KindOverview(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]),
                              None if r[5] is None else int(r[5]),

@@ -505,7 +505,8 @@ SELECT k.kind,
        (SELECT count(*) FROM (SELECT "scheduledAt" > "scheduledAtInitially"
                                      AND ("lockUuid" IS NULL OR "scheduledAt" <= n.now) AS r
                               FROM {table} WHERE "pKind" = k.kind
-                              ORDER BY "scheduledAt" LIMIT %(cap)s) AS x WHERE x.r) AS redelivered,
+                              ORDER BY "scheduledAt" LIMIT %(redelivered_cap)s) AS x
+        WHERE x.r) AS redelivered,
        n.now - (SELECT min("scheduledAt") FROM {table}
                 WHERE "pKind" = k.kind AND "scheduledAt" <= n.now) AS oldest_due_lag_ms,
        (SELECT min("scheduledAt") FROM {table}

@@ -137,6 +137,7 @@ def test_bounded_scan_reports_partial_and_continues(svc: TaskService, monkeypatc
 
     monkeypatch.setattr(service, "SCAN_LIMIT", 40)
     monkeypatch.setattr(service, "SCAN_CHUNK", 20)
+    monkeypatch.setattr(service, "SCAN_TIME_BUDGET_S", 600.0)  # rows bound it here, not time
     q = svc.queue
     for i in range(100):
         publish(q, "app.noise", [i], T0 + timedelta(seconds=i))

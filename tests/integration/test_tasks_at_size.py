@@ -102,7 +102,7 @@ WINDOW = {"kinds": KINDS, "after_at": MIN_MS, "after_id": MIN_MS, "lo": MIN_MS, 
 @pytest.mark.parametrize("statement, params", [
     ("inspect_window", WINDOW),
     ("inspect_window", dict(WINDOW, after_at=10**13, after_id=5, lo=10**12)),
-    ("inspect_overview", {"kinds": KINDS, "cap": 10_000, "now": None}),
+    ("inspect_overview", {"kinds": KINDS, "cap": 5000, "redelivered_cap": 1000, "now": None}),
     ("inspect_timeline", {"kinds": KINDS, "los": [0, 10**12], "his": [10**12, 10**13],
                           "cap": 2000}),
     ("inspect_kinds", {"limit": 500}),
