@@ -51,8 +51,8 @@ def fill(queue: DelayedQueue) -> str:
         add("reports.build", ["weekly", {"team": f"team-{i % 7}"}],
             now + timedelta(hours=2 + (i % 12) * 2, minutes=rnd.uniform(0, 5)), "reports")
     for i in range(25):
-        add("mail.send_digest", [f"late{i}@example.com"], now - timedelta(seconds=rnd.uniform(1, 40)),
-            "mail")
+        add("mail.send_digest", [f"late{i}@example.com"],
+            now - timedelta(seconds=rnd.uniform(1, 40)), "mail")
     shown = add("billing.remind", [{"account": 42, "invoice": "INV-0042"}],
                 now + timedelta(hours=3, minutes=12))
     for kind, items in batches.items():
