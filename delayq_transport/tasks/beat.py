@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.cron import CronService
-from ..core.errors import InvalidInput
+from ..core.errors import InvalidInput, SchemaMissing
 from ..core.queue import DelayedQueue
 from ..transport.message import queue_of_kind
 from .service import iso
@@ -26,8 +26,11 @@ def beat_entries(queue: DelayedQueue, shown: int = NEXT_SHOWN) -> list[dict[str,
     from delayq_beat.entries import key_prefix
 
     store = _store(queue)
-    stored = {e.name: e for e in store.entries()}
-    installed = {i.name: i for i in store.installed()}
+    try:
+        stored = {e.name: e for e in store.entries()}
+        installed = {i.name: i for i in store.installed()}
+    except SchemaMissing:  # no beat ever migrated this database: no entries
+        return []
     out = []
     for name in sorted(set(stored) | set(installed)):
         row, inst = stored.get(name), installed.get(name)
