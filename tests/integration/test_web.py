@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 with warnings.catch_warnings():  # starlette 1.x nudges toward httpx2; httpx works the same
-    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
 from delayq_transport import DelayedQueue
