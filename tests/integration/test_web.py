@@ -149,3 +149,26 @@ def test_input_validation(dq: DelayedQueue) -> None:
     assert c.post("/api/tasks/t0/reschedule", content=b"[1]", headers={
         **csrf(c), "content-type": "application/json"}).status_code == 400
     assert c.get("/api/tasks/' OR 1=1 --").status_code == 404
+
+
+def test_beat_entries_enable_disable_and_filter(dq: DelayedQueue) -> None:
+    from datetime import timedelta as td
+
+    from delayq_beat.entries import key_prefix
+    from delayq_beat.store import BeatStore
+
+    store = BeatStore(dq.db, "delayed_queue")
+    store.add("nightly/report", "reports.build", td(hours=24), ["all"])
+    tick = task_message("reports.build", ["all"], {}, eta=T0 + timedelta(days=1))
+    dq.offer(f"{key_prefix('nightly/report')}/abc123/1", encode(tick), T0 + timedelta(days=1))
+    c = client(dq)
+    entries = c.get("/api/beat").json()["entries"]
+    assert [(e["name"], e["enabled"], e["task"]) for e in entries] == [
+        ("nightly/report", True, "reports.build")]
+    assert "every 86400.0s" in c.get("/beat").text
+    r = c.post("/api/beat/disable", json={"name": "nightly/report"}, headers=csrf(c))
+    assert r.status_code == 200 and not store.entries()[0].enabled
+    assert c.post("/api/beat/enable", json={"name": "nope"}, headers=csrf(c)).status_code == 400
+    assert c.post("/api/beat/explode", json={"name": "x"}, headers=csrf(c)).status_code == 400
+    listed = c.get("/api/tasks", params={"beat": "nightly/report"}).json()["tasks"]
+    assert [t["task"] for t in listed] == ["reports.build"]  # only the entry's occurrences
