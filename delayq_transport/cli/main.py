@@ -26,6 +26,8 @@ PLUGIN_MODULES = (
     "delayq_beat.cli",
     "delayq_transport.cli.demo",
     "delayq_transport.cli.ops",
+    "delayq_transport.cli.tasks",
+    "delayq_transport.web.cli",
     "delayq_transport.spark.cli",
 )
 

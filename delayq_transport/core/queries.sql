@@ -602,3 +602,151 @@ JOIN pg_namespace AS ns ON ns.oid = tc.relnamespace
 LEFT JOIN pg_stat_user_indexes AS si ON si.indexrelid = i.indexrelid
 WHERE i.indrelid = to_regclass({table_literal})
 ORDER BY ic.relname
+
+-- Statements of core/inspect.py (`delayq tasks`, `delayq web`): listing, one task, cancel,
+-- reschedule, overview and timeline. Every read is bounded (LIMIT inside each index scan), so a
+-- page costs the same on 5M rows as on 5k; nothing counts the whole table.
+
+-- inspect_kinds --
+-- Every kind present in the table: a loose index scan (one index probe per kind), not a scan.
+WITH RECURSIVE k AS (
+    (SELECT "pKind" AS kind FROM {table} ORDER BY "pKind" LIMIT 1)
+    UNION ALL
+    SELECT (SELECT "pKind" FROM {table} WHERE "pKind" > k.kind ORDER BY "pKind" LIMIT 1)
+    FROM k WHERE k.kind IS NOT NULL
+)
+SELECT kind FROM k WHERE kind IS NOT NULL LIMIT %(limit)s
+
+-- inspect_window --
+-- The next `budget` rows after the keyset cursor (scheduledAt, id) over these kinds, in that
+-- order: each kind contributes at most `budget` rows read from the (pKind, scheduledAt) index
+-- (ties on scheduledAt ordered by id in an incremental sort), and the merged top `budget` are
+-- exactly the global next `budget`. No new index: the hot path's indexes serve it.
+-- Filters the index cannot answer (state, task name, text) are applied to this window by the
+-- caller, so a filtered page is a bounded scan that says where it stopped.
+WITH n AS (SELECT {now} AS now),
+w AS (
+    SELECT s.id, s.at
+    FROM unnest(%(kinds)s::text[]) AS k(kind)
+    CROSS JOIN LATERAL (
+        SELECT "id", "scheduledAt" AS at FROM {table}
+        WHERE "pKind" = k.kind AND "scheduledAt" >= %(after_at)s::bigint
+          AND ("scheduledAt", "id") > (%(after_at)s::bigint, %(after_id)s::bigint)
+          AND "scheduledAt" >= %(lo)s::bigint AND "scheduledAt" < %(hi)s::bigint
+        ORDER BY "scheduledAt", "id"
+        LIMIT %(budget)s
+    ) AS s
+    ORDER BY s.at, s.id
+    LIMIT %(budget)s
+)
+SELECT t."id", t."pKey", t."pKind", CASE WHEN %(with_payload)s THEN t."payload" END,
+       t."scheduledAt", t."scheduledAtInitially", t."lockUuid", t."createdAt", n.now
+FROM w JOIN {table} AS t ON t."id" = w.id CROSS JOIN n
+ORDER BY w.at, w.id
+
+-- inspect_held --
+-- Rows a consumer acquired (lockUuid set), after the keyset cursor: found through the lockUuid
+-- index, so listing what is in flight never walks the scheduled rows. Few by nature (workers'
+-- prefetch); `budget` bounds them anyway.
+SELECT t."id", t."pKey", t."pKind", NULL::bytea, t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."lockUuid" IS NOT NULL AND t."pKind" = ANY(%(kinds)s::text[])
+  AND (t."scheduledAt", t."id") > (%(after_at)s::bigint, %(after_id)s::bigint)
+ORDER BY t."scheduledAt", t."id"
+LIMIT %(budget)s
+
+-- inspect_by_ids --
+-- Full rows by primary key (a page's payloads, one task's page).
+SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."id" = ANY(%(ids)s::bigint[])
+ORDER BY t."scheduledAt", t."id"
+
+-- inspect_by_key --
+-- Rows of one key (a Celery task id) in any kind, through the unique index's leading column.
+SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."pKey" = %(key)s
+ORDER BY t."id"
+LIMIT 20
+
+-- inspect_by_keys --
+-- Rows of these keys (task ids) in any kind: the watch list (is my task still queued?).
+SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."pKey" = ANY(%(keys)s::text[])
+ORDER BY t."scheduledAt", t."id"
+LIMIT 1000
+
+-- inspect_cancel --
+-- Delete waiting rows by id. Rows a consumer holds (lockUuid set) are never deleted: the caller
+-- reports them as in flight.
+DELETE FROM {table} WHERE "id" = ANY(%(ids)s::bigint[]) AND "lockUuid" IS NULL
+RETURNING "id"
+
+-- inspect_reschedule --
+-- Move one waiting row (and give it the payload that carries the new ETA), only if no consumer
+-- holds it and nobody replaced it since it was read (a retry republishing the same task id).
+-- The update trigger wakes consumers, so a row moved to now runs at once.
+UPDATE {table}
+SET "scheduledAt" = %(at)s, "scheduledAtInitially" = %(at)s, "payload" = %(payload)s
+WHERE "id" = %(id)s AND "lockUuid" IS NULL
+  AND "createdAt" = %(expected_created)s AND "scheduledAtInitially" = %(expected_initially)s
+RETURNING "id"
+
+-- inspect_overview --
+-- Per kind: bounded counts (each stops at `cap`; the caller shows "cap+"), the oldest due
+-- row's lag and the next scheduled time, all from index range scans. In-flight rows are found
+-- through the lockUuid index, never by walking the scheduled rows.
+WITH n AS (SELECT {now} AS now),
+flight AS (
+    SELECT f."pKind" AS kind, count(*) AS n
+    FROM (SELECT "pKind" FROM {table}, n
+          WHERE "lockUuid" IS NOT NULL AND "scheduledAt" > n.now LIMIT %(cap)s) AS f
+    GROUP BY f."pKind"
+)
+SELECT k.kind,
+       (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE "pKind" = k.kind
+                              AND "scheduledAt" <= n.now LIMIT %(cap)s) AS x) AS due,
+       (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE "pKind" = k.kind
+                              AND "scheduledAt" > n.now LIMIT %(cap)s) AS x) AS later,
+       COALESCE((SELECT flight.n FROM flight WHERE flight.kind = k.kind), 0) AS in_flight,
+       (SELECT count(*) FROM (SELECT "scheduledAt" > "scheduledAtInitially"
+                                     AND ("lockUuid" IS NULL OR "scheduledAt" <= n.now) AS r
+                              FROM {table} WHERE "pKind" = k.kind
+                              ORDER BY "scheduledAt" LIMIT %(redelivered_cap)s) AS x
+        WHERE x.r) AS redelivered,
+       n.now - (SELECT min("scheduledAt") FROM {table}
+                WHERE "pKind" = k.kind AND "scheduledAt" <= n.now) AS oldest_due_lag_ms,
+       (SELECT min("scheduledAt") FROM {table}
+        WHERE "pKind" = k.kind AND "scheduledAt" > n.now AND "lockUuid" IS NULL) AS next_due_at,
+       n.now
+FROM unnest(%(kinds)s::text[]) AS k(kind) CROSS JOIN n
+
+-- inspect_timeline --
+-- Rows due in each [lo, hi) bucket over these kinds, each count stopping at `cap` (the caller
+-- estimates capped buckets from the column histogram).
+SELECT b.i, (SELECT count(*) FROM (SELECT 1 FROM {table}
+                                   WHERE "pKind" = ANY(%(kinds)s::text[])
+                                     AND "scheduledAt" >= b.lo AND "scheduledAt" < b.hi
+                                   LIMIT %(cap)s) AS x) AS n
+FROM unnest(%(los)s::bigint[], %(his)s::bigint[]) WITH ORDINALITY AS b(lo, hi, i)
+ORDER BY b.i
+
+-- inspect_stats --
+-- Planner statistics and activity counters of the table: estimated rows, the scheduledAt
+-- histogram (estimates for buckets too full to count), inserts and deletes so far (rates).
+SELECT c.reltuples::bigint AS rows_estimate,
+       (SELECT s.histogram_bounds::text FROM pg_stats AS s
+        WHERE s.schemaname = n.nspname AND s.tablename = c.relname
+          AND s.attname = 'scheduledAt') AS histogram,
+       COALESCE(a.n_tup_ins, 0) AS inserted, COALESCE(a.n_tup_del, 0) AS deleted,
+       COALESCE(a.n_live_tup, 0) AS live_estimate, {now} AS now
+FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+LEFT JOIN pg_stat_user_tables AS a ON a.relid = c.oid
+WHERE c.oid = to_regclass(quote_ident(%(table_name)s))
