@@ -50,10 +50,9 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..core import errors
+from ..core import errors, scan, validate_table_name
 from ..core.db import normalize_url
 from ..core.errors import DelayqError, InvalidInput
-from ..core.queries import validate_table_name
 from ..core.queue import OFFER_BATCH_CHUNK, DelayedQueue, validate_key, validate_kind
 from ..core.timeutil import duration_ms, to_ms
 from ..core.types import Offer
@@ -584,10 +583,10 @@ def queue_dataframe(
         raise InvalidInput(f"page_rows must be a positive int, got {page_rows!r}")
     validate_table_name(table)
     with DelayedQueue(database_url, table=table, ensure_schema=False, pool_max_size=1) as queue:
-        bounds = queue.db.fetchone(queue.queries["scan_bounds"], {"now": None})
-    if bounds is None or bounds[0] is None:
+        bounds = scan.id_bounds(queue)
+    if bounds is None:
         return spark.createDataFrame([], QUEUE_SCHEMA)
-    ranges = id_ranges(bounds[0], bounds[1] + 1, num_partitions)
+    ranges = id_ranges(bounds.lo, bounds.hi + 1, num_partitions)
     rdd = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(
         partial(_read_ranges, database_url, table, page_rows)
     )
@@ -617,12 +616,11 @@ def _read_ranges(
 def _read_range(queue: DelayedQueue, lo: int, hi: int, page_rows: int) -> Iterator[tuple[Any, ...]]:
     """Keyset pages of one id range, so no statement returns an unbounded result."""
     while lo < hi:
-        params = {"lo": lo, "hi": hi, "limit": page_rows, "now": None}
-        rows = queue.db.fetchall(queue.queries["scan_page"], params)
+        rows = scan.scan_page(queue, lo, hi, page_rows)
         yield from map(_queue_row, rows)
         if len(rows) < page_rows:
             return
-        lo = rows[-1][0] + 1
+        lo = rows[-1].id + 1
 
 
 def _queue_row(r: tuple[Any, ...]) -> tuple[Any, ...]:
