@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import DecodeError
@@ -23,7 +23,7 @@ from dramatiq.message import Message
 
 from ..core import partitions
 from ..core.errors import DatabaseError, DatabaseUnavailable
-from ..core.listener import RECONNECTED, Listener
+from ..core.listen import Listener
 from ..core.types import Envelope
 from .names import PERIODIC_OPTION, canonical
 
@@ -304,7 +304,6 @@ class Hub:
             self._consumers.add(consumer)
             if self._thread is None or not self._thread.is_alive():
                 self._stop.clear()
-                self._listener = Listener(self.broker.db, self.broker.table)
                 self._thread = threading.Thread(target=self._run, name="delayq-dramatiq-hub",
                                                 daemon=True)
                 self._thread.start()
@@ -318,13 +317,11 @@ class Hub:
             return list(self._consumers)
 
     def _run(self) -> None:
-        listener = self._listener
-        assert listener is not None
         next_lease = next_expire = 0.0
         try:
             while not self._stop.is_set():
-                notes = listener.wait(ACK_FLUSH_INTERVAL_S)
-                if notes:
+                notes = self._wait_notes(ACK_FLUSH_INTERVAL_S)
+                if notes is None or notes:
                     self._dispatch(notes)
                 now = time.monotonic()
                 try:
@@ -338,16 +335,38 @@ class Hub:
                 except (DatabaseUnavailable, DatabaseError) as exc:
                     log.warning("delayq: maintenance failed, will retry: %s", exc)
         finally:
-            listener.close()
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
 
-    def _dispatch(self, notes: list[Any]) -> None:
-        consumers = self.consumers()
-        for note in notes:
-            for consumer in consumers:
-                if note is RECONNECTED:
-                    consumer.notify(None)
-                elif note.kind in consumer.kinds:
-                    consumer.notify(note.at_ms)
+    def _wait_notes(self, timeout_s: float) -> list[tuple[str, int]] | None:
+        """Notifications within ``timeout_s``; None when they may have been lost (a new or
+        re-established LISTEN connection): every consumer then polls once."""
+        listener = self._listener
+        if listener is None or listener.closed:
+            try:
+                self._listener = Listener(self.broker.db, self.broker.queue.queries)
+            except DatabaseUnavailable as exc:
+                log.warning("delayq: LISTEN unavailable, polling until it is back: %s", exc)
+                self._stop.wait(timeout_s)
+            return None
+        try:
+            listener.wait(timeout_s)
+            return listener.drain()
+        except DatabaseUnavailable as exc:
+            log.warning("delayq: %s; reconnecting", exc)
+            listener.close()
+            self._listener = None
+            return None
+
+    def _dispatch(self, notes: list[tuple[str, int]] | None) -> None:
+        for consumer in self.consumers():
+            if notes is None:
+                consumer.notify(None)
+                continue
+            mine = [at for kind, at in notes if kind in consumer.kinds]
+            if mine:
+                consumer.notify(min(mine))
 
     def _flush_acks(self) -> None:
         for consumer in self.consumers():

@@ -16,6 +16,7 @@ from delayq_beat.cli import LIST_HOOKS, entries_table
 from delayq_beat.store import BeatStore
 
 from ..core.db import Database
+from ..core.periodic import PeriodicStore
 from ..core.queue import DelayedQueue
 
 LEDGER_SUFFIX = "#dramatiq"
@@ -27,6 +28,11 @@ class DramatiqLedger(BeatStore):
     def __init__(self, db: Database, table: str = "delayed_queue", *,
                  ensure_schema: bool = True) -> None:
         super().__init__(db, table, ensure_schema=ensure_schema)
+        self.rows = _NamespacedRows(db, table)
+
+
+class _NamespacedRows(PeriodicStore):
+    """The core's entry/ledger statements, keyed by ``<table>#dramatiq``."""
 
     def _params(self, **extra: Any) -> dict[str, Any]:
         return {**super()._params(**extra), "table_name": self.table + LEDGER_SUFFIX}
