@@ -104,3 +104,41 @@ def test_decoder_and_kind_names() -> None:
     assert queue_of_kind("dramatiq:q:p3") == ("q", 3, False)
     assert queue_of_kind("dramatiq:q.XQ") == ("q", 0, True)
     assert queue_of_kind("celery") is None
+
+
+def test_periodic_entries_live_in_their_own_ledger_next_to_celery_beat(
+        broker: DelayqBroker) -> None:
+    from datetime import UTC
+
+    from delayq_beat.installer import Installer
+    from delayq_beat.store import BeatStore
+    from delayq_transport.dramatiq.ledger import DramatiqLedger
+    from delayq_transport.dramatiq.periodic import PeriodicScheduler, periodic
+
+    @periodic(cron="30 7 * * *", tz="Europe/Paris", name="dramatiq:t-report")
+    @dramatiq.actor(queue_name="q")
+    def report() -> None:
+        pass
+
+    scheduler = PeriodicScheduler(broker, entries={"dramatiq:t-report": _registry_entry()})
+    report_ = scheduler.refresh()
+    assert report_.installed["dramatiq:t-report"] >= 3 and not report_.errors
+    times = [m.scheduled_at for m in
+             partitions.list_kinds(broker.queue, ["dramatiq:q"])]
+    assert times and all((t.hour, t.minute) in ((6, 30), (5, 30)) for t in times)  # 07:30 Paris
+    # A Celery beat on the same table, with no entries, uninstalls nothing of Dramatiq's.
+    celery_store = BeatStore(broker.db, broker.table)
+    Installer(broker.queue, celery_store, UTC).refresh({})
+    assert celery_store.installed() == []
+    ledger = DramatiqLedger(broker.db, broker.table)
+    assert [i.name for i in ledger.installed()] == ["dramatiq:t-report"]
+    assert partitions.count_all(broker.queue, ["dramatiq:q"]) == len(times)
+    # Removing the entry uninstalls its occurrences at the next refresh.
+    PeriodicScheduler(broker, entries={}).refresh()
+    assert partitions.count_all(broker.queue, ["dramatiq:q"]) == 0
+
+
+def _registry_entry():  # type: ignore[no-untyped-def]
+    from delayq_transport.dramatiq.periodic import REGISTRY
+
+    return REGISTRY["dramatiq:t-report"]
