@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..dramatiq.names import decode_dramatiq
 from ..transport import message as celery_message
 
 HIDDEN = "(hidden)"
@@ -152,3 +153,37 @@ def celery_with_eta(payload: bytes, eta: datetime) -> bytes | None:
 
 
 register_decoder(Decoder("celery", decode_celery, celery_with_eta))
+
+
+# -- Dramatiq (the delayq Dramatiq broker's rows) --------------------------------------------
+
+
+def _iso_ms(ms: Any) -> str | None:
+    return None if ms is None else datetime.fromtimestamp(int(ms) / 1000, UTC).isoformat()
+
+
+def decode_dramatiq_message(payload: bytes) -> DecodedMessage | None:
+    """A Dramatiq message (JSON, as Dramatiq's default encoder writes it)."""
+    data = decode_dramatiq(payload)
+    if data is None:
+        return None
+    return DecodedMessage(
+        "dramatiq", task=data["name"], task_id=data["id"], args=data["args"],
+        kwargs=data["kwargs"], eta=_iso_ms(data["eta_ms"]), retries=data["retries"],
+        priority=data["options"].get("broker_priority"),
+        headers={k: v for k, v in data["options"].items() if k != "eta"},
+        properties={"queue": data["queue"], "periodic": data["periodic"],
+                    "message_timestamp": data["message_timestamp"]})
+
+
+def dramatiq_with_eta(payload: bytes, eta: datetime) -> bytes | None:
+    """The row's scheduledAt decides delivery; the message's ``eta`` option follows it so
+    Dramatiq's middleware (AgeLimit, logs) sees the new time."""
+    data = json.loads(payload)
+    options = data.setdefault("options", {})
+    if "eta" in options:
+        options["eta"] = int(eta.timestamp() * 1000)
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+register_decoder(Decoder("dramatiq", decode_dramatiq_message, dramatiq_with_eta))

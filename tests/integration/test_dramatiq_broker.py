@@ -142,3 +142,26 @@ def _registry_entry():  # type: ignore[no-untyped-def]
     from delayq_transport.dramatiq.periodic import REGISTRY
 
     return REGISTRY["dramatiq:t-report"]
+
+
+def test_delayq_tasks_lists_shows_and_reschedules_dramatiq_rows(broker: DelayqBroker) -> None:
+    """The `delayq tasks` service (and so the web page) decodes Dramatiq rows with the decoder
+    the Dramatiq package provides; rescheduling moves the row and the message's eta."""
+    from datetime import UTC, datetime, timedelta
+
+    from delayq_transport.tasks import TaskFilter, TaskService
+
+    sent = broker.enqueue(Message(queue_name="q", actor_name="remind", args=(42,),
+                                  kwargs={"who": "ann"}, options={}), delay=3_600_000)
+    svc = TaskService(broker.queue)
+    [view] = svc.list_page(TaskFilter(task="remind")).items
+    assert view.message is not None and view.message.format == "dramatiq"
+    assert (view.message.task, view.message.task_id) == ("remind", sent.message_id)
+    assert (view.message.args, view.message.kwargs) == ([42], {"who": "ann"})
+    assert view.eta_ms == sent.options["eta"]
+    at = datetime.now(UTC) + timedelta(days=2)
+    svc.reschedule(view.row.id, at)
+    [moved] = svc.list_page(TaskFilter(task="remind")).items
+    assert moved.eta_ms == int(at.timestamp() * 1000)
+    stored = decode_dramatiq(bytes(partitions.list_kinds(broker.queue, ["dramatiq:q"])[0].payload))
+    assert stored is not None and stored["eta_ms"] == int(at.timestamp() * 1000)
