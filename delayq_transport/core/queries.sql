@@ -291,19 +291,6 @@ WHERE t."pKind" IN (SELECT "queue" FROM stale) AND t."lockUuid" IS NULL
 -- Id range of the whole table and the database clock, so queue_dataframe can split its read.
 SELECT min("id") AS lo, max("id") AS hi, {now} AS now FROM {table}
 
--- scan_page --
--- One page of rows with lo <= id < hi, in id order (keyset paging inside a Spark partition).
--- in_flight / redelivered follow the `status` block: an expired lease is due and redelivered.
-SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
-       t."createdAt",
-       t."lockUuid" IS NOT NULL AND t."scheduledAt" > n.now AS in_flight,
-       t."scheduledAt" > t."scheduledAtInitially"
-           AND (t."lockUuid" IS NULL OR t."scheduledAt" <= n.now) AS redelivered
-FROM {table} AS t, (SELECT {now} AS now) AS n
-WHERE t."id" >= %(lo)s AND t."id" < %(hi)s
-ORDER BY t."id"
-LIMIT %(limit)s
-
 -- bulk_session_setup --
 -- core/bulk.py: before the staging table exists in this session (PostgreSQL only takes it then),
 -- room for a whole flush in local buffers, so staged rows are not written out to temp files.
@@ -358,6 +345,25 @@ RETURNING (t.xmax = 0) AS created
 -- benchmark uses it, as the raw write limit the bulk writers are measured against.
 COPY {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt")
 FROM STDIN (FORMAT binary)
+
+-- scan_page_tasks --
+-- scan_page without the payload: only the Celery task name, cut out of the stored message by a
+-- byte search for `"task": "` (the first such key of a kombu message is headers.task: the body
+-- before it is base64), so a reader neither transfers nor parses ~1 KB per row.
+SELECT t."id", t."pKey", t."pKind",
+       CASE WHEN p.at > 0 AND q.len > 0
+            THEN convert_from(substring(t."payload" FROM p.at + 9 FOR q.len - 1), 'UTF8') END AS task,
+       t."scheduledAt", t."scheduledAtInitially", t."createdAt",
+       t."lockUuid" IS NOT NULL AND t."scheduledAt" > n.now AS in_flight,
+       t."scheduledAt" > t."scheduledAtInitially"
+           AND (t."lockUuid" IS NULL OR t."scheduledAt" <= n.now) AS redelivered
+FROM {table} AS t
+CROSS JOIN LATERAL (SELECT position('\x227461736b223a2022'::bytea IN t."payload") AS at) AS p
+CROSS JOIN LATERAL (SELECT position('\x22'::bytea IN substring(t."payload" FROM p.at + 9)) AS len) AS q,
+     (SELECT {now} AS now) AS n
+WHERE t."id" >= %(lo)s AND t."id" < %(hi)s
+ORDER BY t."id"
+LIMIT %(limit)s
 
 -- Statements of delayq_beat (the beat scheduler) follow.
 -- Statements of delayq_beat: DB-backed schedule entries, the ledger of installed entries (so a

@@ -6,25 +6,25 @@ partition reads its range with keyset-paged queries (no JDBC jar needed, no unbo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..core.db import Database
 from ..core.errors import InvalidInput
 from ..core.queries import validate_table_name
-from ..core.queue import DelayedQueue
+from ..core.scan import SCAN_PAGE_ROWS, scan_bounds, scan_range
 from ..transport import message
-from .rows import at_of as _at
 
 #: Rows per keyset page when a partition reads its id range back.
-READ_PAGE_ROWS = 5000
+READ_PAGE_ROWS = SCAN_PAGE_ROWS
 
 QUEUE_SCHEMA = T.StructType([
     T.StructField("id", T.LongType(), False),
@@ -51,23 +51,23 @@ def queue_dataframe(
 ) -> DataFrame:
     """The queue table as a DataFrame (``QUEUE_SCHEMA``), read by id range in parallel.
 
-    Lazy like any DataFrame: every action reads the table again; ``cache()`` it for a
-    consistent snapshot across several reports.
+    Each partition pages through its range (``core.scan``) and hands Spark Arrow batches,
+    column by column. Lazy like any DataFrame: every action reads the table again;
+    ``cache()`` it for a consistent snapshot across several reports.
     """
     if not isinstance(num_partitions, int) or num_partitions < 1:
         raise InvalidInput(f"num_partitions must be a positive int, got {num_partitions!r}")
     if not isinstance(page_rows, int) or page_rows < 1:
         raise InvalidInput(f"page_rows must be a positive int, got {page_rows!r}")
     validate_table_name(table)
-    with DelayedQueue(database_url, table=table, ensure_schema=False, pool_max_size=1) as queue:
-        bounds = queue.db.fetchone(queue.queries["scan_bounds"], {"now": None})
-    if bounds is None or bounds[0] is None:
+    with Database(database_url, max_size=1) as db:
+        bounds = scan_bounds(db, table)
+    if bounds is None:
         return spark.createDataFrame([], QUEUE_SCHEMA)
     ranges = id_ranges(bounds[0], bounds[1] + 1, num_partitions)
-    rdd = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(
-        partial(_read_ranges, database_url, table, page_rows)
-    )
-    return spark.createDataFrame(rdd, QUEUE_SCHEMA, verifySchema=False)
+    rdd = spark.sparkContext.parallelize(ranges, len(ranges))
+    return spark.createDataFrame(rdd, "lo long, hi long").mapInArrow(
+        partial(_read_ranges, database_url, table, page_rows), QUEUE_SCHEMA)
 
 
 def id_ranges(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
@@ -83,38 +83,35 @@ def id_ranges(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
 
 
 def _read_ranges(
-    database_url: str, table: str, page_rows: int, ranges: Iterable[tuple[int, int]]
-) -> Iterator[tuple[Any, ...]]:
-    with DelayedQueue(database_url, table=table, ensure_schema=False, pool_max_size=1) as queue:
-        for lo, hi in ranges:
-            yield from _read_range(queue, lo, hi, page_rows)
+    database_url: str, table: str, page_rows: int, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    with Database(database_url, max_size=1) as db:
+        for batch in batches:
+            for lo, hi in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
+                              strict=True):
+                for rows in scan_range(db, table, lo, hi, page_rows):
+                    yield _arrow_page(rows)
 
 
-def _read_range(queue: DelayedQueue, lo: int, hi: int, page_rows: int) -> Iterator[tuple[Any, ...]]:
-    """Keyset pages of one id range, so no statement returns an unbounded result."""
-    while lo < hi:
-        params = {"lo": lo, "hi": hi, "limit": page_rows, "now": None}
-        rows = queue.db.fetchall(queue.queries["scan_page"], params)
-        yield from map(_queue_row, rows)
-        if len(rows) < page_rows:
-            return
-        lo = rows[-1][0] + 1
+_TS = pa.timestamp("us", tz="UTC")
 
 
-def _queue_row(r: tuple[Any, ...]) -> tuple[Any, ...]:
-    queue_name, bucket = message.queue_of_kind(r[2])
-    return (r[0], r[1], r[2], queue_name, bucket, _task_of(r[3]), _at(r[4]), _at(r[5]),
-            r[7], r[8], _at(r[6]))
+def _timestamps(ms: list[int]) -> pa.Array:
+    return pa.array(ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(_TS)
 
 
-def _task_of(payload: bytes) -> str | None:
-    """The Celery task name in the stored message's headers; None for non-Celery rows."""
-    try:
-        headers = json.loads(bytes(payload)).get("headers") or {}
-        task = headers.get("task")
-    except (ValueError, AttributeError):
-        return None
-    return task if isinstance(task, str) else None
+def _arrow_page(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    """One page as columns: Arrow conversions are vectorised, only the kind split is per row
+    (through a cache: a table has few kinds)."""
+    ids, keys, kinds, tasks, at, initially, created, in_flight, again = zip(*rows, strict=True)
+    split = {kind: message.queue_of_kind(kind) for kind in set(kinds)}
+    return pa.RecordBatch.from_arrays([
+        pa.array(ids, pa.int64()), pa.array(keys, pa.string()), pa.array(kinds, pa.string()),
+        pa.array([split[k][0] for k in kinds], pa.string()),
+        pa.array([split[k][1] for k in kinds], pa.int32()), pa.array(tasks, pa.string()),
+        _timestamps(list(at)), _timestamps(list(initially)), pa.array(in_flight, pa.bool_()),
+        pa.array(again, pa.bool_()), _timestamps(list(created)),
+    ], names=QUEUE_SCHEMA.fieldNames())
 
 
 # -- reports -------------------------------------------------------------------------------

@@ -143,7 +143,12 @@ def test_spark_task_retry_creates_no_duplicates(spark, database_url):
             yield row
 
     flaky = spark.createDataFrame(df.rdd.mapPartitions(fail_first_attempt), df.schema)
-    result = schedule_users(flaky, database_url, chunk_size=200)
+    # Small Arrow batches and merges, so the writer has merged rows when the failure hits.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
+    try:
+        result = schedule_users(flaky, database_url, chunk_size=200)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert result.created + result.ignored == 20_000 and result.bad == 0
     assert result.ignored > 0, "the failed attempt wrote rows that the retry found"
     assert rows_in_table(database_url) == 20_000
