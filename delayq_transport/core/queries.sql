@@ -347,9 +347,10 @@ COPY {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
 FROM STDIN (FORMAT binary)
 
 -- scan_page_tasks --
--- scan_page without the payload: only the Celery task name, cut out of the stored message by a
--- byte search for `"task": "` (the first such key of a kombu message is headers.task: the body
--- before it is base64), so a reader neither transfers nor parses ~1 KB per row.
+-- One page of rows with lo <= id < hi, in id order, without the payload: only the Celery task
+-- name, cut out of the stored message by a byte search for `"task": "` (the first such key of
+-- a kombu message is headers.task: the body before it is base64), so a reader neither
+-- transfers nor parses ~1 KB per row.
 SELECT t."id", t."pKey", t."pKind",
        CASE WHEN p.at > 0 AND q.len > 0
             THEN convert_from(substring(t."payload" FROM p.at + 9 FOR q.len - 1), 'UTF8') END AS task,
