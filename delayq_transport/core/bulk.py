@@ -113,7 +113,7 @@ class BulkWriter:
             self._conn = conn
         return self._conn
 
-    def write(self, data: bytes | memoryview | Iterable[bytes], rows: int) -> None:
+    def write(self, data: bytes | memoryview | Iterable[bytes | memoryview], rows: int) -> None:
         """Stage ``rows`` tuples (one buffer, or an iterable of buffers); merge when full."""
         if rows <= 0:
             return

@@ -72,24 +72,30 @@ def jvm_ok(projected: DataFrame, plan: Plan) -> Column:
 
 
 def jvm_records(projected: DataFrame, plan: Plan) -> DataFrame:
-    """``_dq_record``: the binary COPY tuple of each row (rows that pass :func:`jvm_ok`).
+    """One pass over ``projected``: ``_dq_record``, the binary COPY tuple of each row that
+    passes :func:`jvm_ok` (else null), and ``_dq_row``, the row's own values for the others
+    (else null), which the writer hands to the Python encoder.
 
     Built in steps with named intermediate columns: an expression used several times (the
     key's sha1, the key, the payload) is computed once per row, because Spark does not merge
     a projection into the next when that would duplicate an expensive expression. One nested
     expression instead evaluated the sha1 dozens of times per row (measured: 10x slower).
+    Every step is null for rows that fail the check, so no function sees values it could
+    fail on (ANSI mode raises on overflows).
     """
     fields = projected.schema.fields
     originals = [F.col(f.name) for f in fields]
     values = [(F.col(f.name), f.dataType) for f in fields[plan.args_at:]]
     at_ms = F.lit(plan.now_ms + plan.countdown_ms) if plan.countdown_ms is not None else \
         originals[0]
-    df = projected.select(*originals, at_ms.cast("long").alias("_dq_at"))
+    df = projected.select(*originals, jvm_ok(projected, plan).alias("_dq_ok"))
+    ok = F.col("_dq_ok")
+    df = df.withColumn("_dq_at", F.when(ok, at_ms.cast("long")))
     at = F.col("_dq_at")
     if plan.has_key:
-        df = df.withColumn("_dq_key", originals[plan.key_at].cast("string"))
+        df = df.withColumn("_dq_key", F.when(ok, originals[plan.key_at].cast("string")))
     else:
-        df = df.withColumn("_dq_h", _canonical_sha1(plan, values, at))
+        df = df.withColumn("_dq_h", F.when(ok, _canonical_sha1(plan, values, at)))
         df = df.withColumn("_dq_key", _uuid5_of_hex(F.col("_dq_h"))).drop("_dq_h")
     key = F.col("_dq_key")
     tag_name = F.concat(F.lit(bytearray(plan.kind.encode() + b"\x00")), F.encode(key, "UTF-8"))
@@ -97,9 +103,10 @@ def jvm_records(projected: DataFrame, plan: Plan) -> DataFrame:
     df = df.withColumn("_dq_kj", _json_str(key, escape=plan.has_key))  # a uuid needs none
     df = df.withColumn("_dq_tag", _uuid5_of_hex(F.col("_dq_th")))
     payload = _payload(plan, F.col("_dq_kj"), F.col("_dq_tag"), values, at)
-    df = df.select(*originals, at, key, payload.alias("_dq_payload"))
+    df = df.select(*originals, ok, at, key, payload.alias("_dq_payload"))
     record = _copy_tuple(key, plan.kind, F.col("_dq_payload"), at)
-    return df.select(record.alias("_dq_record"))
+    return df.select(record.alias("_dq_record"),
+                     F.when(~ok, F.struct(*originals)).alias("_dq_row"))
 
 
 def _all(checks: Sequence[Column]) -> Column:

@@ -50,7 +50,7 @@ from ..core.queries import validate_table_name
 from ..core.queue import DelayedQueue, validate_kind
 from ..core.timeutil import duration_ms, to_ms
 from ..transport import message
-from .encode import jvm_capable, jvm_ok, jvm_records
+from .encode import jvm_capable, jvm_records
 from .rows import BadRow, Plan, describe, eta_ms, past_reason, slow_record
 from .session import check_executors
 
@@ -282,17 +282,20 @@ def _refuse_past_etas(projected: DataFrame, plan: Plan) -> None:
 
 
 def _records(projected: DataFrame, plan: Plan) -> DataFrame:
-    """(binary COPY tuple | reason it is bad) per row: JVM-encoded where it can be, else Python."""
+    """(binary COPY tuple, reason it is bad, the bad row shown, the row for Python) per row.
+
+    JVM-capable jobs (see :mod:`.encode`) make one pass: rows the JVM cannot encode arrive at
+    the writer as plain values (strings, integers, booleans: the same in Arrow as in a Row)
+    for the Python encoder. Other jobs go through the Python encoder as a UDF.
+    """
+    if jvm_capable(projected, plan):
+        return jvm_records(projected, plan).select(
+            F.col("_dq_record").alias("record"), F.lit(None).cast("string").alias("reason"),
+            F.lit(None).cast("string").alias("shown"), F.col("_dq_row").alias("row"))
     encode = F.udf(lambda row: slow_record(plan, row), _RECORDS)
     every = F.struct(*[F.col(c) for c in projected.columns])
-    if not jvm_capable(projected, plan):
-        return projected.select(encode(every).alias("r")).select("r.*")
-    ok = jvm_ok(projected, plan)
-    fast = jvm_records(projected.where(ok), plan).select(
-        F.col("_dq_record").alias("record"), F.lit(None).cast("string").alias("reason"),
-        F.lit(None).cast("string").alias("shown"))
-    slow = projected.where(~ok).select(encode(every).alias("r")).select("r.*")
-    return fast.unionByName(slow)
+    return projected.select(encode(every).alias("r")).select(
+        "r.*", F.lit(None).cast("string").alias("row"))
 
 
 def _write(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -301,20 +304,14 @@ def _write(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordB
     writer: BulkWriter | None = None
     try:
         for batch in batches:
-            records, reasons = batch.column(0), batch.column(1)
-            if reasons.null_count < len(reasons):
-                is_bad = pc.is_valid(reasons)
-                bad += pc.sum(is_bad).as_py()
-                for reason, shown in zip(reasons.filter(is_bad).to_pylist(),
-                                         batch.column(2).filter(is_bad).to_pylist(), strict=True):
-                    if len(sample) < plan.sample_size:
-                        sample.append([reason, shown])
-                records = records.filter(pc.invert(is_bad))
-            if len(records):
+            records, extra, failed = _split(plan, batch)
+            bad += len(failed)
+            sample += failed[: max(plan.sample_size - len(sample), 0)]
+            if len(records) or extra:
                 writer = writer or BulkWriter(plan.database_url, table=plan.table,
                                               can_update=plan.can_update,
                                               flush_rows=plan.chunk_size)
-                writer.write(_contiguous(records), len(records))
+                writer.write([_contiguous(records), *extra], len(records) + len(extra))
         if writer is not None:
             writer.flush()
     finally:
@@ -324,6 +321,27 @@ def _write(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordB
     yield pa.RecordBatch.from_pydict({
         "created": [c.created if c else 0], "updated": [c.updated if c else 0],
         "ignored": [c.ignored if c else 0], "bad": [bad], "sample": [json.dumps(sample)]})
+
+
+def _split(plan: Plan, batch: pa.RecordBatch) -> tuple[pa.Array, list[bytes], list[list[str]]]:
+    """(JVM-built tuples, tuples the Python encoder built here, [reason, shown] of bad rows)."""
+    records, reasons, shown, rows = (batch.column(i) for i in range(4))
+    failed: list[list[str]] = []
+    if reasons.null_count < len(reasons):
+        is_bad = pc.is_valid(reasons)
+        failed = [[r, s] for r, s in zip(reasons.filter(is_bad).to_pylist(),
+                                         shown.filter(is_bad).to_pylist(), strict=True)]
+    extra: list[bytes] = []
+    if rows.null_count < len(rows):
+        for values in rows.filter(pc.is_valid(rows)).to_pylist():
+            record, reason, described = slow_record(plan, tuple(values.values()))
+            if record is not None:
+                extra.append(record)
+            else:
+                failed.append([reason or "", described or "{}"])
+    if records.null_count:
+        records = records.filter(pc.is_valid(records))
+    return records, extra, failed
 
 
 def _contiguous(records: pa.Array) -> memoryview:
