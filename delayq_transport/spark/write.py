@@ -2,11 +2,13 @@
 
 How a job runs: the driver validates the options, connects and migrates (fail fast), reads
 the database clock once and checks that the executors can import delayq and reach the
-database (:func:`.session.check_executors`). Rows are then split by :mod:`.encode`: those the
-JVM can encode exactly get their message and binary COPY tuple built by Spark SQL functions;
-the rest go through the Python encoder of :mod:`.rows` (a UDF), which builds the same bytes
-or the reason the row is bad. Every partition streams its tuples into a TEMP staging table
-and merges them into the queue (``core.bulk.BulkWriter``: one ``INSERT ... ON CONFLICT`` per
+database (:func:`.session.check_executors`). In one pass over the input, :mod:`.encode`
+builds with Spark SQL functions the message and binary COPY tuple of every row it can encode
+exactly; the other rows reach the partition's writer as plain values and go through the
+Python encoder of :mod:`.rows`, which builds the same bytes or the reason the row is bad (jobs
+with argument types the JVM path does not cover use that encoder as a UDF). Every partition
+streams its tuples into a TEMP staging table and merges them into the queue
+(``core.bulk.BulkWriter``: one ``INSERT ... ON CONFLICT`` per
 ``chunk_size`` rows), and returns its counts, which the driver adds up: only a successful task
 attempt's output is collected, so a retried partition is counted once.
 
