@@ -31,7 +31,7 @@ import json
 import re
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
@@ -270,17 +270,32 @@ def _probe(database_url: str, table: str, kind: str) -> int:
 
 
 def _refuse_past_etas(projected: DataFrame, plan: Plan) -> None:
-    """Count past ETAs in Spark; sample a few as the Python path describes rows."""
-    eta = F.col("_eta")
+    """Count past ETAs (in Spark for epoch-ms ETAs, in Python for strings and
+    timestamp_ntz, read as the rows would be); sample a few as the Python path shows rows."""
     if isinstance(projected.schema.fields[0].dataType, T.LongType):
-        past = projected.where(eta < F.lit(plan.now_ms))
+        past = projected.where(F.col("_eta") < F.lit(plan.now_ms))
+        count = past.count()
+        rows = past.limit(plan.sample_size).collect() if count else []
     else:
-        past = projected.where(F.unix_millis(F.to_timestamp(eta)) < F.lit(plan.now_ms))
-    count = past.count()
+        found = projected.rdd.mapPartitions(partial(_past_etas, plan)).collect()
+        count = sum(n for n, _ in found)
+        rows = [row for _, sample in found for row in sample][: plan.sample_size]
     if count:
-        sample = [BadRow(past_reason(eta_ms(r[0])), describe(plan, r))
-                  for r in past.limit(plan.sample_size).collect()]
-        raise PastEta(count, sample)
+        raise PastEta(count, [BadRow(past_reason(eta_ms(r[0])), describe(plan, r)) for r in rows])
+
+
+def _past_etas(plan: Plan, rows: Iterable[Any]) -> Iterator[tuple[int, list[Any]]]:
+    count, sample = 0, list[Any]()
+    for row in rows:
+        try:
+            ms = eta_ms(row[0])
+        except InvalidInput:
+            continue  # not a past ETA: counted as bad by the write pass
+        if ms < plan.now_ms:
+            count += 1
+            if len(sample) < plan.sample_size:
+                sample.append(row)
+    yield count, sample
 
 
 def _records(projected: DataFrame, plan: Plan) -> DataFrame:
