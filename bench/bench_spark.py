@@ -400,7 +400,7 @@ def main(database_url: str, rows: int | None, stream_rows: int | None, read_rows
             data["schedule"] = schedule_runs(spark, url, rows, partitions, base)
             checkpoint(database_url)
             loads.append(os.getloadavg()[0])
-            data["stream"] = stream_run(spark, url, stream_rows, 20, base)
+            data["stream"] = stream_run(spark, url, stream_rows, 4, base)
             loads.append(os.getloadavg()[0])
             data["read"] = read_runs(spark, url, read_rows, partitions)
         finally:
