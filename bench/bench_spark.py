@@ -8,7 +8,7 @@ One run reports, on one fresh database:
    ``INSERT ... ON CONFLICT`` merge per 50,000 rows), which ``schedule_tasks`` uses;
 2. ``schedule_tasks`` end to end (job start to return) on ``--master``, first run and re-run
    (every row ``ignored``), counts checked exactly;
-3. ``schedule_stream`` over ``--stream-rows`` rows in parquet files (file source, one file
+3. ``schedule_stream`` over ``--stream-rows`` rows in 20 parquet files (file source, 4 files
    per micro-batch, ``availableNow``);
 4. ``queue_dataframe`` over a ``--read-rows`` table (filled server-side, untimed): one full
    read, and the three reports of ``delayq spark-report``;
@@ -61,6 +61,9 @@ TARGET_RATIO = 0.6
 ETA_SPREAD_S = 86_400
 WARMUP_ROWS = 20_000
 CHUNK_ROWS = 50_000
+#: Parquet files per micro-batch: one file is one partition, so a batch of one file would
+#: leave one of the two cores without a writer.
+FILES_PER_BATCH = 4
 PLOT = REPO_ROOT / "docs" / "img" / "bench_spark.png"
 
 
@@ -180,7 +183,7 @@ def stream_run(spark: Any, url: str, rows: int, files: int, base: datetime) -> d
         src = str(work / "in")
         users(spark, rows, files, base + timedelta(days=2)).write.parquet(src)  # untimed
         stream = (spark.readStream.schema("user_id long, eta timestamp, email string")
-                  .option("maxFilesPerTrigger", 1).parquet(src))
+                  .option("maxFilesPerTrigger", FILES_PER_BATCH).parquet(src))
         started = time.perf_counter()
         handle = schedule_stream(stream, TASK, "eta", args=["user_id"],
                                  kwargs={"email": "email"}, queue=QUEUE, database_url=url,
@@ -400,7 +403,7 @@ def main(database_url: str, rows: int | None, stream_rows: int | None, read_rows
             data["schedule"] = schedule_runs(spark, url, rows, partitions, base)
             checkpoint(database_url)
             loads.append(os.getloadavg()[0])
-            data["stream"] = stream_run(spark, url, stream_rows, 4, base)
+            data["stream"] = stream_run(spark, url, stream_rows, 20, base)
             loads.append(os.getloadavg()[0])
             data["read"] = read_runs(spark, url, read_rows, partitions)
         finally:
