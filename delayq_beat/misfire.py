@@ -21,6 +21,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from delayq_transport.core import periodic
 from delayq_transport.core.cron import like_escape
 from delayq_transport.core.queue import DelayedQueue
 from delayq_transport.core.timeutil import to_ms
@@ -51,14 +52,9 @@ def sweep(queue: DelayedQueue, policies: Sequence[tuple[str, str, str, str, int]
     active = [p for p in policies if p[3] != "run_all"]
     if not active:
         return 0
-    params = {
-        "kinds": [p[0] for p in active],
-        "patterns": [config_pattern(p[1], p[2]) for p in active],
-        "policies": [p[3] for p in active],
-        "grace_ms": [int(p[4]) for p in active],
-        "now": queue._now_ms(),  # the queue's one clock (the database's unless injected)
-    }
-    rows = queue.db.fetchall(queue.queries["beat_misfire_sweep"], params)
+    rows = periodic.sweep_misfired(
+        queue, [p[0] for p in active], [config_pattern(p[1], p[2]) for p in active],
+        [p[3] for p in active], [int(p[4]) for p in active])
     for key, kind in rows:
         log.warning("delayq beat: dropped misfired occurrence %s (queue kind %r)", key, kind)
     return len(rows)
@@ -87,9 +83,7 @@ def drop_misfired(queue: DelayedQueue, kind: str, message: Mapping[str, Any],
         log.warning("delayq beat: skipping %s occurrence at %d ms (%.1f s late)",
                     info.get("entry"), at_ms, (now - at_ms) / 1000)
         return True
-    row = queue.db.fetchone(queue.queries["beat_newer_due"],
-                            {"kind": kind, "pattern": pattern, "at_ms": at_ms, "now": now})
-    if row and row[0]:
+    if periodic.newer_occurrence_due(queue, kind, pattern, at_ms, now):
         log.warning("delayq beat: coalescing %s occurrence at %d ms into a newer one",
                     info.get("entry"), at_ms)
         return True

@@ -7,8 +7,8 @@ delayq's migration ledger: ``delayq_beat_entries`` (entries added with ``delayq 
 which config hash). The ledger is what lets a beat that restarts with an entry removed from
 its configuration find and uninstall that entry's rows.
 
-Importing this module registers migration 10 with :mod:`delayq_transport.core.schema`, so
-``delayq migrate`` (whose CLI loads ``delayq_beat.cli``) and every beat create the tables.
+The tables and their statements belong to the core (:mod:`delayq_transport.core.periodic`,
+migration 10); this module turns their rows into validated :class:`EntrySpec` objects.
 """
 
 from __future__ import annotations
@@ -18,65 +18,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-from sqlalchemy import BigInteger, Boolean, Column, MetaData, String, Table, Text
-from sqlalchemy.dialects.postgresql import JSONB
-
+from delayq_transport.core import periodic
 from delayq_transport.core.db import Database
 from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.queries import Queries
-from delayq_transport.core.schema import Migration, ddl, migrate, register_migration
+from delayq_transport.core.schema import ensure_schema as ensure_current_schema
 
 from .entries import EntrySpec, key_prefix, make_spec, schedule_from_json, schedule_to_json
 
-ENTRIES_TABLE = "delayq_beat_entries"
-INSTALLED_TABLE = "delayq_beat_installed"
 BEAT_MIGRATION_VERSION = 10
 
 
-def beat_tables(metadata: MetaData | None = None) -> list[Table]:
-    metadata = metadata or MetaData()
-    entries = Table(
-        ENTRIES_TABLE, metadata,
-        Column("tableName", String(31), primary_key=True),
-        Column("name", Text, primary_key=True),
-        Column("definition", JSONB, nullable=True),
-        Column("enabled", Boolean, nullable=False, server_default="true"),
-        Column("updatedAt", BigInteger, nullable=False),
-    )
-    installed = Table(
-        INSTALLED_TABLE, metadata,
-        Column("tableName", String(31), primary_key=True),
-        Column("name", Text, primary_key=True),
-        Column("kind", String(100), nullable=False),
-        Column("configHash", String(32), nullable=False),
-        Column("installedUntil", BigInteger, nullable=False),
-        Column("updatedAt", BigInteger, nullable=False),
-    )
-    return [entries, installed]
-
-
-def _create_beat_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
-    for table in beat_tables():
-        for statement in ddl(table):
-            conn.execute(statement)
-
-
-BEAT_MIGRATION = Migration(
-    BEAT_MIGRATION_VERSION, "delayq_beat: DB-backed entries and installed-entry ledger",
-    _create_beat_tables,
-)
-register_migration(BEAT_MIGRATION)
-
-
 @dataclass(frozen=True)
-class StoredEntry:
+class StoredEntry(periodic.EntryRow):
     """A row of ``delayq_beat_entries``; ``definition`` is None for an enable/disable override."""
-
-    name: str
-    definition: Mapping[str, Any] | None
-    enabled: bool
-    updated_at_ms: int
 
     def spec(self, **defaults: Any) -> EntrySpec:
         """The validated entry; raises InvalidInput naming the entry if the row is bad."""
@@ -89,13 +43,8 @@ class StoredEntry:
                          d.get("options"), source="db", **defaults)
 
 
-@dataclass(frozen=True)
-class InstalledEntry:
-    name: str
-    kind: str
-    config_hash: str
-    installed_until_ms: int
-    updated_at_ms: int
+#: A ledger row: which entry is installed in which kind, under which config hash, until when.
+InstalledEntry = periodic.InstalledRow
 
 
 class BeatStore:
@@ -103,13 +52,10 @@ class BeatStore:
 
     def __init__(self, db: Database, table: str = "delayed_queue", *, ensure_schema: bool = True):
         self.db = db
-        self.queries = Queries(table)
+        self.rows = periodic.PeriodicStore(db, table)
         self.table = table
         if ensure_schema:
-            migrate(db, table)
-
-    def _params(self, **extra: Any) -> dict[str, Any]:
-        return {"table_name": self.table, "now": None, **extra}
+            ensure_current_schema(db, table)
 
     def add(
         self,
@@ -127,20 +73,17 @@ class BeatStore:
         options = dict(options or {})  # keep delayq_misfire/delayq_grace in the stored options
         definition = {"task": spec.task, "schedule": schedule_to_json(spec.schedule),
                       "args": list(spec.args), "kwargs": dict(spec.kwargs), "options": options}
-        self.db.execute(self.queries["beat_entry_upsert"], self._params(
-            name=name, definition=json.dumps(definition), enabled=enabled))
+        self.rows.upsert_entry(name, json.dumps(definition), enabled)
         return spec
 
     def remove(self, name: str) -> bool:
         key_prefix(name)
-        return self.db.execute(self.queries["beat_entry_delete"], self._params(name=name)) > 0
+        return self.rows.delete_entry(name)
 
     def set_enabled(self, name: str, enabled: bool) -> bool:
         """Returns whether ``name`` is a DB-backed entry (else the row overrides beat_schedule)."""
         key_prefix(name)
-        row = self.db.fetchone(self.queries["beat_entry_set_enabled"],
-                               self._params(name=name, enabled=enabled))
-        return bool(row and row[0])
+        return self.rows.set_enabled(name, enabled)
 
     def enable(self, name: str) -> bool:
         return self.set_enabled(name, True)
@@ -149,20 +92,14 @@ class BeatStore:
         return self.set_enabled(name, False)
 
     def entries(self) -> list[StoredEntry]:
-        rows = self.db.fetchall(self.queries["beat_entries_list"], self._params())
-        return [StoredEntry(r[0], r[1], bool(r[2]), int(r[3])) for r in rows]
+        return [StoredEntry(r.name, r.definition, r.enabled, r.updated_at_ms)
+                for r in self.rows.entries()]
 
     def installed(self) -> list[InstalledEntry]:
-        rows = self.db.fetchall(self.queries["beat_installed_list"], self._params())
-        return [InstalledEntry(r[0], r[1], r[2], int(r[3]), int(r[4])) for r in rows]
+        return self.rows.installed()
 
     def record_installed(self, rows: Sequence[InstalledEntry]) -> None:
-        if not rows:
-            return
-        self.db.execute(self.queries["beat_installed_upsert"], self._params(
-            names=[r.name for r in rows], kinds=[r.kind for r in rows],
-            hashes=[r.config_hash for r in rows], untils=[r.installed_until_ms for r in rows]))
+        self.rows.record_installed(rows)
 
     def forget_installed(self, names: Sequence[str]) -> None:
-        if names:
-            self.db.execute(self.queries["beat_installed_delete"], self._params(names=list(names)))
+        self.rows.forget_installed(names)

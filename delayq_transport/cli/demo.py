@@ -12,17 +12,19 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import click
-import psycopg
 from rich.live import Live
 from rich.table import Table
 
-from ..core.db import mask_password
+from ..core.db import Database, mask_password
 from ..core.queue import DelayedQueue
+from ..core.runlog import RunLog
 from . import embedded
 from .main import Context, console, register
 
@@ -61,10 +63,8 @@ def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout: float = 
     raise click.ClickException(f"worker not ready after {timeout}s; log: {log_path}")
 
 
-def _refresh(tasks: list[DemoTask], queue: DelayedQueue, conn: psycopg.Connection) -> None:
-    runs = conn.execute(
-        "SELECT task_id, state, at FROM delayq_demo_runs ORDER BY at"
-    ).fetchall()
+def _refresh(tasks: list[DemoTask], queue: DelayedQueue, log: RunLog) -> None:
+    runs = log.steps()
     latest = {task_id: (state, at) for task_id, state, at in runs}
     for task in tasks:
         row = queue.get(task.task_id)
@@ -87,10 +87,33 @@ def _view(tasks: list[DemoTask], now: datetime) -> Table:
     return table
 
 
+def _start_web(queue: DelayedQueue, port: int) -> Any:
+    """``delayq web`` in a thread for the demo (None without the web extra); any free port if
+    ``port`` is taken."""
+    try:
+        from ..web.security import WebConfig
+        from ..web.server import BackgroundServer
+    except ImportError:
+        console.print("(install delayq[web] to watch the demo in a browser)")
+        return None
+    for candidate in dict.fromkeys([port, 0]):
+        try:
+            return BackgroundServer(queue, WebConfig(port=candidate, refresh_s=0.5)).start()
+        except RuntimeError:
+            continue
+    return None
+
+
 @click.command("demo")
 @click.option("--keep-worker", is_flag=True, help="Leave the worker running after the demo.")
+@click.option("--web/--no-web", default=True, show_default=True,
+              help="Serve the web page during the demo and print its URL.")
+@click.option("--web-port", default=8377, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--linger", type=click.FloatRange(0, 3600), default=None,
+              help="Seconds to keep the page up after the demo (default: 20 on a terminal)")
 @click.pass_obj
-def demo(obj: Context, keep_worker: bool) -> None:
+def demo(obj: Context, keep_worker: bool, web: bool, web_port: int,
+         linger: float | None) -> None:
     """Run a Celery worker on delayq and watch countdown tasks go scheduled -> running -> done."""
     url = obj.database_url
     if not url:
@@ -98,47 +121,65 @@ def demo(obj: Context, keep_worker: bool) -> None:
         console.print(f"no database configured: started embedded PostgreSQL in "
                       f"[bold]{embedded.default_data_dir()}[/bold] ({url})")
     console.print(f"database: {mask_password(url)}")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS delayq_demo_runs")
-        from .demo_app import DEMO_TABLE_DDL
-
-        conn.execute(DEMO_TABLE_DDL)
+    with Database(url, max_size=1) as db:
+        RunLog(db).reset()
     env = dict(os.environ, DELAYQ_DEMO_DB=url,
                DELAYQ_DEMO_BROKER="delayq+postgresql://localhost/postgres")
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"delayq-demo-worker-{os.getpid()}.log"
     with DelayedQueue(url, table=obj.table, kind="celery") as queue:
         queue.purge()
         worker = _start_worker(env, log_path)
+        server = _start_web(queue, web_port) if web else None
         try:
+            if server is not None:
+                console.print(f"web page: [bold]{server.url}/[/bold]")
             _wait_ready(worker, log_path)
             console.print(f"worker ready (log: {log_path})")
-            _run(queue, url, env)
+            _run(queue, url, env, server.url if server else None)
+            if server is not None:
+                _linger(sys.stdout.isatty() and 20.0 if linger is None else linger)
         finally:
+            if server is not None:
+                server.stop()
             if not keep_worker and worker.poll() is None:
                 os.killpg(worker.pid, signal.SIGTERM)
                 worker.wait(timeout=30)
 
 
-def _run(queue: DelayedQueue, url: str, env: dict[str, str]) -> None:
+def _linger(seconds: float) -> None:
+    if seconds <= 0:
+        return
+    console.print(f"the page stays up {seconds:.0f} s more (Ctrl-C to stop)")
+    try:
+        time.sleep(seconds)
+    except KeyboardInterrupt:
+        pass
+
+
+def _run(queue: DelayedQueue, url: str, env: dict[str, str], web_url: str | None) -> None:
     from .demo_app import app, flaky, remind
 
     os.environ["DELAYQ_DEMO_DB"] = url  # the tasks' _record() in this process, if any
     app.conf.broker_url = env["DELAYQ_DEMO_BROKER"]
     app.conf.broker_transport_options = {"database_url": url}
 
+    ids = [str(uuid.uuid4()) for _ in range(len(COUNTDOWNS_S) + 1)]
+    if web_url:
+        console.print(f"watch them go scheduled -> done: [bold]{web_url}/watch?ids="
+                      f"{','.join(ids)}[/bold]")
     tasks = []
     for i, seconds in enumerate(COUNTDOWNS_S):
-        result = remind.apply_async((f"user-{i}",), countdown=seconds)
+        result = remind.apply_async((f"user-{i}",), countdown=seconds, task_id=ids[i])
         tasks.append(DemoTask(result.id, f"remind(user-{i}) countdown={seconds}s",
                               queue.get(result.id).scheduled_at))  # type: ignore[union-attr]
-    result = flaky.apply_async(("user-retry",), countdown=1)
+    result = flaky.apply_async(("user-retry",), countdown=1, task_id=ids[-1])
     tasks.append(DemoTask(result.id, f"flaky: fails, retry(countdown={RETRY_AFTER_S})",
                           queue.get(result.id).scheduled_at))  # type: ignore[union-attr]
     deadline = time.monotonic() + DEMO_TIMEOUT_S
-    with psycopg.connect(url, autocommit=True) as conn, \
-            Live(console=console, refresh_per_second=8) as live:
+    with Database(url, max_size=1) as db, Live(console=console, refresh_per_second=8) as live:
+        log = RunLog(db)
         while time.monotonic() < deadline:
-            _refresh(tasks, queue, conn)
+            _refresh(tasks, queue, log)
             live.update(_view(tasks, queue.now()))
             if all(t.state == "done" for t in tasks):
                 break

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import os
 import time
+from functools import cache
 
-import psycopg
 from celery import Celery
 
 import delayq_transport  # noqa: F401  - registers the delayq+ scheme (the one extra step)
-
-DEMO_TABLE_DDL = """CREATE TABLE IF NOT EXISTS delayq_demo_runs (
-    task_id TEXT NOT NULL, attempt INT NOT NULL, state TEXT NOT NULL,
-    at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (task_id, attempt, state))"""
+from delayq_transport.core.db import Database
+from delayq_transport.core.runlog import RunLog
 
 app = Celery("delayq_demo")
 app.conf.update(
@@ -29,13 +27,14 @@ app.conf.update(
 )
 
 
+@cache
+def _run_log() -> RunLog:
+    """One small pool per worker process (prefork children each build their own)."""
+    return RunLog(Database(os.environ["DELAYQ_DEMO_DB"], max_size=2))
+
+
 def _record(task_id: str, attempt: int, state: str) -> None:
-    with psycopg.connect(os.environ["DELAYQ_DEMO_DB"], autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO delayq_demo_runs (task_id, attempt, state) VALUES (%s, %s, %s)"
-            " ON CONFLICT DO NOTHING",
-            (task_id, attempt, state),
-        )
+    _run_log().record(task_id, attempt, state)
 
 
 @app.task(bind=True, name="delayq_demo.remind")

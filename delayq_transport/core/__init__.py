@@ -17,6 +17,7 @@ from .errors import (
     InvalidInput,
     SchemaMissing,
 )
+from .queries import validate_table_name
 from .queue import DelayedQueue
 from .schema import migrate
 from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
@@ -41,4 +42,5 @@ __all__ = [
     "StoredMessage",
     "config_hash",
     "migrate",
+    "validate_table_name",
 ]

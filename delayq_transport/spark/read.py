@@ -10,17 +10,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..core.db import Database
 from ..core.errors import InvalidInput
 from ..core.queries import validate_table_name
-from ..core.scan import SCAN_PAGE_ROWS, scan_bounds, scan_range
+from ..core.queue import DelayedQueue
+from ..core.scan import SCAN_PAGE_ROWS, ScannedRow, id_bounds, scan_range
 from ..transport import message
 
 #: Rows per keyset page when a partition reads its id range back.
@@ -60,11 +59,11 @@ def queue_dataframe(
     if not isinstance(page_rows, int) or page_rows < 1:
         raise InvalidInput(f"page_rows must be a positive int, got {page_rows!r}")
     validate_table_name(table)
-    with Database(database_url, max_size=1) as db:
-        bounds = scan_bounds(db, table)
+    with DelayedQueue(database_url, table=table, ensure_schema=False, pool_max_size=1) as queue:
+        bounds = id_bounds(queue)
     if bounds is None:
         return spark.createDataFrame([], QUEUE_SCHEMA)
-    ranges = id_ranges(bounds[0], bounds[1] + 1, num_partitions)
+    ranges = id_ranges(bounds.lo, bounds.hi + 1, num_partitions)
     rdd = spark.sparkContext.parallelize(ranges, len(ranges))
     return spark.createDataFrame(rdd, "lo long, hi long").mapInArrow(
         partial(_read_ranges, database_url, table, page_rows), QUEUE_SCHEMA)
@@ -85,11 +84,11 @@ def id_ranges(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
 def _read_ranges(
     database_url: str, table: str, page_rows: int, batches: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    with Database(database_url, max_size=1) as db:
+    with DelayedQueue(database_url, table=table, ensure_schema=False, pool_max_size=1) as queue:
         for batch in batches:
             for lo, hi in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
                               strict=True):
-                for rows in scan_range(db, table, lo, hi, page_rows):
+                for rows in scan_range(queue, lo, hi, page_rows):
                     yield _arrow_page(rows)
 
 
@@ -100,7 +99,7 @@ def _timestamps(ms: list[int]) -> pa.Array:
     return pa.array(ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(_TS)
 
 
-def _arrow_page(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+def _arrow_page(rows: list[ScannedRow]) -> pa.RecordBatch:
     """One page as columns: Arrow conversions are vectorised, only the kind split is per row
     (through a cache: a table has few kinds)."""
     ids, keys, kinds, tasks, at, initially, created, in_flight, again = zip(*rows, strict=True)

@@ -33,7 +33,8 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
 * ``batch_size``: most messages taken per poll (default 100; capped by prefetch).
 * ``ack_flush_interval``: acks are deleted in batches at least this often (default 0.05).
 * ``priority_steps``: priority buckets (default ``[0, 3, 6, 9]``).
-* ``ensure_schema``: create/upgrade the schema on connect (default True).
+* ``ensure_schema``: on connect, read the migrations ledger and migrate only if a migration is
+  missing (default True); a DML-only role works once ``delayq migrate`` ran.
 * ``durable_publish``: a publish returns only once its row is flushed to disk (default
   False). Off, a publish returns once its row is committed, before the WAL flush: a clean
   PostgreSQL restart loses nothing, a PostgreSQL crash can lose the publishes of its last
@@ -51,458 +52,42 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import select
 import socket
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from functools import cache
-from queue import Empty, SimpleQueue
 from typing import Any
 
 import psycopg
 from kombu.transport import TRANSPORT_ALIASES, virtual
-from kombu.utils.objects import cached_property
 
-from ..core.db import Database
-from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
-from ..core.queue import DelayedQueue
-from ..core.types import Envelope
-from . import message as msg
+from ..core.errors import DatabaseError, DatabaseUnavailable
+from .backend import Backend
+from .channel import DelayqChannel
+from .maintenance import Maintenance
+from .options import (
+    BACKEND_OPTIONS,
+    DEFAULT_ACK_FLUSH_INTERVAL_S,
+    DEFAULT_CLOSE_WAIT_S,
+    DEFAULT_POLLING_INTERVAL_S,
+    SKEW_RETRY_S,
+)
+from .poller import Poller, PollPlan, fetch_all
+from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 
 TRANSPORT_ALIASES.setdefault("delayq", "delayq_transport.transport:Transport")
 
-DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
-DEFAULT_POLLING_INTERVAL_S = 5.0
-DEFAULT_BATCH_SIZE = 100
-DEFAULT_POOL_SIZE = 4
-DEFAULT_ACK_FLUSH_INTERVAL_S = 0.05
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-DEFAULT_BINDING_TTL_S = 60.0
-#: After a timer fires and finds nothing (clock skew between host and database), retry soon.
-SKEW_RETRY_S = 0.005
-#: How long closing waits for a poll in flight, to give its messages back at once.
-DEFAULT_CLOSE_WAIT_S = 5.0
-CONTROL_EXCHANGE = "celery.pidbox"
-
-
-
-#: Bytes every beat occurrence's payload contains (its ``delayq_beat`` header).
-_BEAT_MARK = b'"delayq_beat"'
-
-
-@cache
-def _misfire_check() -> Callable[..., bool] | None:
-    """delayq_beat's worker-side misfire policy, if delayq_beat is installed (imported lazily:
-    the transport must not pull in Celery beat at import time)."""
-    try:
-        from delayq_beat.misfire import drop_misfired
-    except ImportError:
-        return None
-    return drop_misfired
-
-
-def _delivery_tag(env: Envelope) -> str:
-    return f"{env.id}:{env.lock}"
-
-
-def _parse_tag(tag: str) -> tuple[int, str]:
-    row_id, _, lock = str(tag).partition(":")
-    return int(row_id), lock
-
-
-@dataclass(slots=True)
-class PollPlan:
-    """One channel's share of a poll: made on the loop thread, filled in by the fetch."""
-
-    channel: DelayqChannel
-    want: int
-    kinds: list[str]
-    no_ack: frozenset[str]
-    next_due: int | None = None
-    more: bool = False
-    envelopes: list[Envelope] = field(default_factory=list)
-
-    def needs_ack(self, env: Envelope) -> bool:
-        return msg.queue_of_kind(env.kind)[0] not in self.no_ack
-
-    def held(self) -> list[Envelope]:
-        """Fetched rows still leased to us (no_ack ones are already deleted)."""
-        return [e for e in self.envelopes if self.needs_ack(e)]
-
-
-#: A poll handed to the poller thread: its outcome (an error or None) and what it fills in.
-PollJob = tuple[Future[Exception | None], list[PollPlan]]
-
-
-class QoS(virtual.QoS):
-    """Acks delete rows (batched, from any thread); rejects and restores release them in place."""
-
-    _delivered: OrderedDict[str, Any]  # type: ignore[assignment]
-    channel: DelayqChannel
-
-    def ack(self, delivery_tag: str) -> None:
-        self.channel._forget(delivery_tag, ack=True)
-        super().ack(delivery_tag)
-        # Poll again once half the prefetch window is free: one poll then fills several slots,
-        # and the messages still in the window keep the pool busy meanwhile.
-        window = self.prefetch_count
-        if not window or (self.can_consume_max_estimate() or 0) >= max(1, window // 2):
-            self.channel.transport._wake(self.channel)
-
-    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        self.channel._forget(delivery_tag, ack=not requeue)
-        if requeue:
-            self.channel.backend.queue.release([_parse_tag(delivery_tag)])
-            self.channel.transport._wake(self.channel)
-        self._quick_ack(delivery_tag)
-
-    def restore_unacked(self) -> list[Exception]:
-        """Release every unacked delivery in one statement (no copies, unlike the base class)."""
-        self._flush()
-        tags = list(self._delivered)
-        self._delivered.clear()
-        for tag in tags:
-            self.channel._forget(tag, ack=False)
-        try:
-            self.channel.backend.queue.release([_parse_tag(t) for t in tags])
-        except (DatabaseUnavailable, DatabaseError) as exc:
-            # The leases run out on their own: nothing is lost, only delayed.
-            log.warning("delayq: could not release %d unacked message(s); they come back when "
-                        "their lease ends: %s", len(tags), exc)
-        return []
-
-
-class Backend:
-    """What one process shares per database: the pool and the queue built on it.
-
-    Celery opens several kombu connections per worker (consumer, events, control); sharing the
-    pool keeps a worker at a handful of PostgreSQL connections. Keyed by pid, so a forked child
-    never reuses its parent's sockets.
-    """
-
-    _registry: dict[tuple[int, str, str], Backend] = {}
-    _registry_lock = threading.Lock()
-
-    def __init__(self, url: str, options: dict[str, Any], key: tuple[int, str, str]) -> None:
-        self.url = url
-        self._key = key
-        self.table = options.get("table", "delayed_queue")
-        self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)))
-        try:
-            self.queue = DelayedQueue(
-                self.db,
-                kind=msg.DEFAULT_QUEUE,
-                table=self.table,
-                acquire_timeout=float(options.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT_S)),
-                ensure_schema=bool(options.get("ensure_schema", True)),
-                relaxed_consumer_commits=not options.get("durable_acks", False),
-            )
-        except BaseException:
-            self.db.close()
-            raise
-        self.users = 0
-        self._by_kind: dict[str, DelayedQueue] = {}
-
-    def queue_for(self, kind: str) -> DelayedQueue:
-        """The queue of one kind, built once (publishing asks for it every time)."""
-        queue = self._by_kind.get(kind)
-        if queue is None:
-            queue = self._by_kind[kind] = self.queue.with_kind(kind)
-        return queue
-
-    @classmethod
-    def acquire(cls, url: str, options: dict[str, Any]) -> Backend:
-        key = (os.getpid(), url, json.dumps(options, sort_keys=True, default=str))
-        with cls._registry_lock:
-            backend = cls._registry.get(key)
-            if backend is None:
-                backend = cls._registry[key] = Backend(url, options, key)
-            backend.users += 1
-            return backend
-
-    def release(self) -> None:
-        with self._registry_lock:
-            self.users -= 1
-            if self.users <= 0:
-                self._registry.pop(self._key, None)
-                self.db.close()
-
-    @cached_property
-    def q(self) -> Any:
-        return self.queue.queries
-
-
-class DelayqChannel(virtual.Channel):
-    """Storage primitives on the queue table; routing and QoS come from the virtual base."""
-
-    QoS = QoS
-    supports_fanout = True
-    do_restore = True
-    from_transport_options = virtual.Channel.from_transport_options + (  # type: ignore[assignment]
-        "acquire_timeout", "batch_size", "max_message_size", "binding_ttl", "priority_steps",
-        "durable_publish",
-    )
-
-    #: See the module docstring for each option.
-    acquire_timeout = DEFAULT_ACQUIRE_TIMEOUT_S
-    batch_size = DEFAULT_BATCH_SIZE
-    max_message_size = DEFAULT_MAX_MESSAGE_BYTES
-    binding_ttl = DEFAULT_BINDING_TTL_S
-    priority_steps: Iterable[int] = msg.PRIORITY_STEPS
-    durable_publish = False
-
-    def __init__(self, connection: Transport, **kwargs: Any) -> None:
-        super().__init__(connection, **kwargs)
-        self.transport = connection
-        self.backend = connection.backend
-        self._held: dict[str, tuple[int, str]] = {}
-        self._held_lock = threading.Lock()
-        self._acks: list[tuple[int, str]] = []
-        self._no_ack_queues: set[str] = set()
-        self._auto_delete: set[str] = set()
-        self._rotation = 0
-        self._steps = tuple(int(s) for s in self.priority_steps)
-        #: Poll this channel at the next chance. Kept per channel so a busy task queue does not
-        #: drag the worker's quiet control queue into every poll (that doubled the statements).
-        self.poll_wanted = True
-        #: Earliest known scheduledAt (epoch ms) over this channel's kinds; None: none known.
-        self.next_due_ms: int | None = None
-
-    # -- kinds ---------------------------------------------------------------------------
-
-    def _kinds(self, queue: str) -> list[str]:
-        return msg.kinds_for(queue, self._steps)
-
-    def consumed_kinds(self) -> set[str]:
-        return {k for q in self._active_queues for k in self._kinds(q)}
-
-    def _poll_kinds(self) -> list[str]:
-        """Priority buckets first, queues rotated per poll so none starves at equal priority."""
-        queues = list(dict.fromkeys(self._active_queues))
-        if not queues:
-            return []
-        self._rotation = (self._rotation + 1) % len(queues)
-        queues = queues[self._rotation :] + queues[: self._rotation]
-        return [msg.kind_for(q, step, self._steps) for step in self._steps for q in queues]
-
-    # -- storage primitives --------------------------------------------------------------
-
-    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        payload = msg.encode(message)
-        if len(payload) > self.max_message_size:
-            raise InvalidInput(
-                f"message for queue {queue!r} is {len(payload)} bytes, over max_message_size "
-                f"({self.max_message_size}); pass large data by reference"
-            )
-        priority = message["properties"].get("priority")
-        kind = msg.kind_for(queue, priority, self._steps)
-        self.backend.queue_for(kind).offer(
-            msg.row_key(message), payload, msg.eta_of(message), durable=bool(self.durable_publish)
-        )
-
-    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        envs = self.backend.queue.try_poll_many(1, self._kinds(queue))
-        if not envs:
-            raise Empty()
-        self.transport._ensure_maintenance()  # flushes this message's ack, extends its lease
-        return self._to_message(envs[0], queue, ack_needed=True)
-
-    def _purge(self, queue: str) -> int:
-        return self.backend.queue.purge(self._kinds(queue))
-
-    def _size(self, queue: str) -> int:
-        return self.backend.queue.count_waiting(self._kinds(queue))
-
-    def _new_queue(self, queue: str, auto_delete: bool = False, **kwargs: Any) -> None:
-        if auto_delete:
-            self._auto_delete.add(queue)
-
-    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
-        if queue in self.state.queue_index or self._size(queue):
-            return True
-        rows = self.backend.db.fetchall(self.backend.q["bindings_has_queue"], {"queue": queue})
-        return bool(rows)
-
-    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        self._purge(queue)
-        self.backend.db.execute(self.backend.q["bindings_delete_queue"], {"queue": queue})
-
-    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
-        params = {
-            "exchange": exchange,
-            "routing_key": routing_key or "",
-            "queue": queue,
-            "pattern": pattern or "",
-            "exchange_type": self.typeof(exchange).type,
-            "auto_delete": queue in self._auto_delete,
-            "now": None,
-        }
-        self.backend.db.execute(self.backend.q["bindings_upsert"], params)
-
-    def get_table(self, exchange: str) -> list[tuple[str, str, str]]:
-        """Bindings from the database, so a producer routes to queues other processes bound."""
-        params = {"exchange": exchange, "live_ms": int(self.binding_ttl * 1000), "now": None}
-        rows = self.backend.db.fetchall(self.backend.q["bindings_for_exchange"], params)
-        local = self.state.exchanges.get(exchange, {}).get("table", [])
-        return list(dict.fromkeys([*local, *(tuple(r) for r in rows)]))
-
-    def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str,
-                    **kwargs: Any) -> None:
-        if exchange == CONTROL_EXCHANGE:
-            self._revoke_waiting(message)
-        params = {
-            "key": message["properties"]["delivery_tag"],
-            "payload": msg.encode(message),
-            "exchange": exchange,
-            "live_ms": int(self.binding_ttl * 1000),
-            "now": None,
-        }
-        self.backend.db.execute(self.backend.q["fanout_insert"], params)
-
-    def _revoke_waiting(self, message: dict[str, Any]) -> None:
-        """``revoke`` of a task that is still scheduled deletes its row: it never runs."""
-        try:
-            body = json.loads(self.decode_body(message["body"],
-                                               message["properties"].get("body_encoding")))
-        except (ValueError, TypeError, KeyError):
-            return
-        if not isinstance(body, dict) or body.get("method") != "revoke":
-            return
-        ids = (body.get("arguments") or {}).get("task_id")
-        ids = [ids] if isinstance(ids, str) else [str(i) for i in ids or ()]
-        if ids:
-            deleted = self.backend.queue.delete_waiting(ids)
-            if deleted:
-                log.info("delayq: revoked %d scheduled task(s) before delivery", len(deleted))
-
-    # -- consuming -------------------------------------------------------------------------
-
-    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
-        if no_ack:
-            self._no_ack_queues.add(queue)
-        result = super().basic_consume(queue, no_ack, *args, **kwargs)
-        self.transport._consuming_started(self)
-        return result
-
-    def basic_cancel(self, consumer_tag: str) -> Any:
-        queue = self._tag_to_queue.get(consumer_tag)
-        result = super().basic_cancel(consumer_tag)
-        if queue is not None and queue not in self._active_queues:
-            self._no_ack_queues.discard(queue)
-        return result
-
-    def _to_message(self, env: Envelope, queue: str, *, ack_needed: bool) -> dict[str, Any]:
-        message = msg.decode(env.payload)
-        props = message.setdefault("properties", {})
-        props["delivery_tag"] = tag = _delivery_tag(env)
-        props.setdefault("delivery_info", {})["redelivered"] = env.is_redelivery
-        message["redelivered"] = env.is_redelivery
-        if ack_needed:
-            with self._held_lock:
-                self._held[tag] = (env.id, env.lock)
-        return message
-
-    def plan_poll(self) -> PollPlan | None:
-        """What this channel has room for; decided on the loop thread, which owns the QoS."""
-        if not self._active_queues or not self.qos.can_consume():
-            return None
-        want = min(self.qos.can_consume_max_estimate() or self.batch_size, self.batch_size)
-        return PollPlan(self, want, self._poll_kinds(), frozenset(self._no_ack_queues))
-
-    def fetch(self, plan: PollPlan) -> None:
-        """Take due messages into the plan: database work only, so it may run off the loop
-        thread (the consumer's state is touched by ``plan_poll`` and ``deliver`` alone)."""
-        polled, plan.next_due = self.backend.queue.poll(plan.want, plan.kinds)
-        plan.more = len(polled) == plan.want
-        plan.envelopes = self._drop_misfired(polled)
-        no_ack = [e for e in plan.envelopes if not plan.needs_ack(e)]
-        if no_ack:
-            self.backend.queue.ack_many(no_ack)  # no_ack: delivered means gone
-
-    def deliver(self, plan: PollPlan) -> int:
-        """Hand fetched messages to their consumers; a queue no longer consumed (cancelled, or
-        the channel closed while the poll ran) gets its rows back at once, not after the lease."""
-        active = set() if self.closed else set(self._active_queues)
-        deliver = self.connection._deliver
-        delivered, gone = 0, []
-        for env in plan.envelopes:
-            queue = msg.queue_of_kind(env.kind)[0]
-            ack_needed = queue not in plan.no_ack
-            if queue in active:
-                deliver(self._to_message(env, queue, ack_needed=ack_needed), queue)
-                delivered += 1
-            elif ack_needed:
-                gone.append(env)
-        if gone:
-            self.backend.queue.release(gone)
-        return delivered
-
-    def _drop_misfired(self, envs: list[Envelope]) -> list[Envelope]:
-        """Beat occurrences that misfired while no worker ran follow their entry's policy, so a
-        worker coming back before beat's next refresh does not run the whole backlog."""
-        check = _misfire_check()
-        if check is None:
-            return envs
-        queue = self.backend.queue
-        dropped = [e for e in envs if _BEAT_MARK in e.payload
-                   and check(queue, e.kind, msg.decode(e.payload))]
-        if not dropped:
-            return envs
-        queue.ack_many(dropped)
-        gone = {e.id for e in dropped}
-        return [e for e in envs if e.id not in gone]
-
-    # -- acks and leases -------------------------------------------------------------------
-
-    def _forget(self, tag: str, *, ack: bool) -> None:
-        with self._held_lock:
-            pair = self._held.pop(tag, None)
-            if ack and pair is not None:
-                self._acks.append(pair)
-                flush_now = len(self._acks) >= self.batch_size
-            else:
-                flush_now = False
-        if flush_now:
-            self.flush_acks()
-
-    def flush_acks(self) -> None:
-        with self._held_lock:
-            acks, self._acks = self._acks, []
-        if acks:
-            try:
-                self.backend.queue.ack_many(acks)
-            except (DatabaseUnavailable, DatabaseError):
-                with self._held_lock:
-                    self._acks[:0] = acks  # keep them for the next flush
-                raise
-
-    def held_locks(self) -> set[str]:
-        with self._held_lock:
-            return {lock for _, lock in self._held.values()}
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            self.flush_acks()
-        except (DatabaseUnavailable, DatabaseError) as exc:
-            log.warning("delayq: could not flush acks on close (they will be redelivered): %s",
-                        exc)
-        super().close()
-        self.transport._channel_closed(self)
-
 
 class Transport(virtual.Transport):
-    """kombu transport whose broker is a PostgreSQL table."""
+    """kombu transport whose broker is a PostgreSQL table.
+
+    The transport owns what its channels share: the :class:`~.backend.Backend` (pool, queue,
+    bindings), the LISTEN connection (:class:`~.wakeups.Wakeups`), the poller thread
+    (:class:`~.poller.Poller`) and the maintenance thread (:class:`~.maintenance.Maintenance`).
+    It decides *when* to poll (woken, due, fallback); channels decide *what* to poll.
+    """
 
     Channel = DelayqChannel
     channels: list[DelayqChannel]  # type: ignore[assignment]
@@ -530,25 +115,16 @@ class Transport(virtual.Transport):
         self.ack_flush_interval = float(options.get("ack_flush_interval",
                                                     DEFAULT_ACK_FLUSH_INTERVAL_S))
         self._url = options.get("database_url") or self._url_from_client(client)
-        self._backend_opts = {k: options[k] for k in
-                              ("table", "pool_size", "acquire_timeout", "ensure_schema",
-                               "durable_acks")
-                              if k in options}
+        self._backend_opts = {k: options[k] for k in BACKEND_OPTIONS if k in options}
         self._backend: Backend | None = None
-        self._listener: psycopg.Connection[Any] | None = None
-        self._listener_lock = threading.Lock()
-        #: Kept apart: psycopg's fileno() raises once the connection broke, and the hub still
-        #: needs the number to unregister it.
-        self._listener_fd: int | None = None
+        self.wakeups = Wakeups(self)
+        self.maintenance = Maintenance(self)
+        self._poller = Poller(self._kick_loop)
         self._hub: Any = None
         self._hub_timer: Any = None
         self._kick: tuple[socket.socket, socket.socket] | None = None
         self._next_fallback = 0.0
-        self._maintenance: threading.Thread | None = None
-        self._poller: threading.Thread | None = None
-        self._poll_jobs: SimpleQueue[PollJob | None] = SimpleQueue()
-        self._inflight: PollJob | None = None
-        self._stop = threading.Event()
+        self._inflight: tuple[Future[Exception | None], list[PollPlan]] | None = None
         super().__init__(client, **kwargs)
 
     @staticmethod
@@ -588,13 +164,17 @@ class Transport(virtual.Transport):
 
     def _consuming_started(self, channel: DelayqChannel) -> None:
         channel.poll_wanted = True
-        self._ensure_listener()
-        self._ensure_maintenance()
-        self._touch_bindings()
+        self.wakeups.ensure()
+        self.maintenance.ensure()
+        self.maintenance.touch_bindings()
+
+    def _ensure_maintenance(self) -> None:
+        """``basic_get`` needs the ack flush and lease extension too."""
+        self.maintenance.ensure()
 
     def _channel_closed(self, channel: DelayqChannel) -> None:
         if not self._consuming():
-            self._close_listener()
+            self.wakeups.close()
 
     def _wake(self, channel: DelayqChannel | None = None) -> None:
         """Poll ``channel`` (default: every channel) at the next chance."""
@@ -612,17 +192,6 @@ class Transport(virtual.Transport):
                 channel.poll_wanted = False
                 plans.append(plan)
         return plans or None
-
-    @staticmethod
-    def _fetch(plans: list[PollPlan]) -> Exception | None:
-        """Run the plans' statements. An error stops the pass but is returned, not raised, so
-        what the earlier plans took is still delivered rather than left to its lease."""
-        for plan in plans:
-            try:
-                plan.channel.fetch(plan)
-            except Exception as exc:
-                return exc
-        return None
 
     def _deliver_polled(self, plans: list[PollPlan], error: Exception | None) -> int:
         """Deliver fetched messages and learn when to look again. When the queues are drained,
@@ -646,34 +215,14 @@ class Transport(virtual.Transport):
         plans = self._plans()
         if plans is None:
             return None
-        return self._deliver_polled(plans, self._fetch(plans))
+        return self._deliver_polled(plans, fetch_all(plans))
 
-    # -- polling off the event loop --------------------------------------------------------
-    #
-    # A poll statement takes a millisecond or two; run on the hub it would stall everything
-    # else the worker's loop does (feeding the pool, acks, timers). So the loop thread plans
-    # the poll (QoS is its own), a poller thread runs the statement, and the result comes
-    # back through the wake-up socket to be delivered on the loop thread. One poll at a time:
-    # the window it was planned for cannot shrink meanwhile, only grow as acks come in.
+    # -- polling off the event loop (see poller.py) ----------------------------------------
 
     def _start_poll(self) -> None:
         plans = self._plans()
-        if plans is None:
-            return
-        future: Future[Exception | None] = Future()
-        self._inflight = (future, plans)
-        if self._poller is None or not self._poller.is_alive():
-            self._poll_jobs = SimpleQueue()  # a stopped poller's queue may hold its stop mark
-            self._poller = threading.Thread(target=self._run_poller, args=(self._poll_jobs,),
-                                            name="delayq-poller", daemon=True)
-            self._poller.start()
-        self._poll_jobs.put((future, plans))
-
-    def _run_poller(self, jobs: SimpleQueue[PollJob | None]) -> None:
-        while (job := jobs.get()) is not None:
-            future, plans = job
-            future.set_result(self._fetch(plans))
-            self._kick_loop()
+        if plans is not None:
+            self._inflight = (self._poller.submit(plans), plans)
 
     def _kick_loop(self) -> None:
         kick = self._kick
@@ -696,9 +245,7 @@ class Transport(virtual.Transport):
     def _abandon_poll(self) -> None:
         """Closing: give back what an unfinished poll takes, so it is not held for a lease."""
         inflight, self._inflight = self._inflight, None
-        if self._poller is not None:
-            self._poll_jobs.put(None)
-            self._poller = None
+        self._poller.stop()
         if inflight is None:
             return
         future, plans = inflight
@@ -735,7 +282,7 @@ class Transport(virtual.Transport):
         """Blocking consume without an event loop: wait on NOTIFY, the due timer or fallback."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            self._drain_notifications()
+            self.wakeups.drain()
             full = False
             if self._should_poll():
                 delivered = self._poll_once()
@@ -751,76 +298,7 @@ class Transport(virtual.Transport):
                 if remaining <= 0:
                     raise TimeoutError()
                 waits.append(remaining)
-            self._wait_readable(max(min(waits), 0.0))
-
-    def _wait_readable(self, timeout: float) -> None:
-        listener = self._listener
-        if listener is None or listener.closed:
-            self._stop.wait(timeout)
-            return
-        try:
-            select.select([listener.fileno()], [], [], timeout)
-        except (OSError, ValueError):
-            self._reset_listener()
-
-    # -- LISTEN/NOTIFY ---------------------------------------------------------------------
-
-    def _ensure_listener(self) -> None:
-        with self._listener_lock:
-            if self._listener is not None and not self._listener.closed:
-                return
-            conn = self.backend.db.connect()
-            conn.execute(self.backend.q["listen"])
-            self._listener, self._listener_fd = conn, conn.fileno()
-        if self._hub is not None:
-            self._hub.add_reader(self._listener_fd, self._on_readable)
-
-    def _close_listener(self) -> None:
-        with self._listener_lock:
-            conn, self._listener = self._listener, None
-            fd, self._listener_fd = self._listener_fd, None
-        if self._hub is not None and fd is not None:
-            try:
-                self._hub.remove(fd)
-            except (OSError, ValueError, KeyError):
-                pass
-        if conn is not None:
-            conn.close()
-
-    def _reset_listener(self) -> None:
-        """The LISTEN connection broke (server restart): reconnect, and poll for what we missed."""
-        self._close_listener()
-        self._wake()
-        if self._consuming():
-            try:
-                self._ensure_listener()
-            except DatabaseUnavailable as exc:
-                log.warning("delayq: LISTEN connection lost, polling until it is back: %s", exc)
-
-    def _drain_notifications(self) -> None:
-        listener = self._listener
-        if listener is None:
-            return
-        try:
-            notes = list(listener.notifies(timeout=0))
-        except psycopg.Error:
-            self._reset_listener()
-            return
-        if not notes:
-            return
-        consumers = [(c, c.consumed_kinds()) for c in self._consuming()]
-        now_ms = time.time() * 1000
-        for note in notes:
-            kind, _, at = note.payload.rpartition(":")
-            at_ms = int(at)
-            for channel, kinds in consumers:
-                if kind not in kinds:
-                    continue
-                if at_ms <= now_ms:
-                    channel.poll_wanted = True
-                elif channel.next_due_ms is None or at_ms < channel.next_due_ms:
-                    channel.next_due_ms = at_ms
-                    self._schedule_hub_timer()
+            self.wakeups.wait(max(min(waits), 0.0))
 
     # -- kombu event loop (Celery's async worker loop) -------------------------------------
 
@@ -833,8 +311,7 @@ class Transport(virtual.Transport):
         loop.add_reader(self._kick[0].fileno(), self._on_kick)
         loop.on_tick.add(self._on_tick)
         loop.call_repeatedly(self.polling_interval, self._wake)
-        if self._listener_fd is not None:
-            loop.add_reader(self._listener_fd, self._on_readable)
+        self.wakeups.attach(loop)
 
     def _on_kick(self) -> None:
         try:
@@ -843,14 +320,11 @@ class Transport(virtual.Transport):
             pass
         self._finish_poll()
 
-    def _on_readable(self) -> None:
-        self._drain_notifications()
-
     def _on_tick(self) -> None:
         if not self._consuming() or not self._should_poll():
             return
-        if self._listener is None:
-            self._reset_listener()  # LISTEN was lost and could not be re-established yet
+        if self.wakeups.listener is None:
+            self.wakeups.reset()  # LISTEN was lost and could not be re-established yet
         self._start_poll()
 
     def _schedule_hub_timer(self) -> None:
@@ -863,53 +337,6 @@ class Transport(virtual.Transport):
         # Nothing to do when it fires: the loop comes round and _should_poll sees who is due.
         self._hub_timer = hub.call_later(max(wait, SKEW_RETRY_S), lambda: None)
 
-    # -- background maintenance: ack flush, lease extension, binding heartbeat ------------
-
-    def _ensure_maintenance(self) -> None:
-        if self._maintenance is None or not self._maintenance.is_alive():
-            self._stop.clear()
-            self._maintenance = threading.Thread(
-                target=self._maintain, name="delayq-maintenance", daemon=True
-            )
-            self._maintenance.start()
-
-    def _maintain(self) -> None:
-        """Runs beside the consumer so a long task (even on the solo pool) keeps its lease."""
-        next_lease = next_touch = next_janitor = 0.0
-        while not self._stop.wait(self.ack_flush_interval):
-            now = time.monotonic()
-            try:
-                for channel in list(self.channels):
-                    channel.flush_acks()
-                if now >= next_lease:
-                    next_lease = now + self.lease_s / 3
-                    self._extend_leases()
-                if now >= next_touch:
-                    next_touch = now + DEFAULT_BINDING_TTL_S / 4
-                    self._touch_bindings()
-                if now >= next_janitor:
-                    next_janitor = now + DEFAULT_BINDING_TTL_S
-                    self._janitor()
-            except (DatabaseUnavailable, DatabaseError) as exc:
-                log.warning("delayq: maintenance failed, will retry: %s", exc)
-
-    def _extend_leases(self) -> None:
-        locks: set[str] = set()
-        for channel in list(self.channels):
-            locks |= channel.held_locks()
-        if locks:
-            self.backend.queue.extend_lease(locks)
-
-    def _touch_bindings(self) -> None:
-        queues = sorted({q for c in self._consuming() for q in c._active_queues})
-        if queues:
-            self.backend.db.execute(self.backend.q["bindings_touch"],
-                                    {"queues": queues, "now": None})
-
-    def _janitor(self) -> None:
-        params = {"stale_ms": int(DEFAULT_BINDING_TTL_S * 10 * 1000), "now": None}
-        self.backend.db.execute(self.backend.q["janitor_transient_queues"], params)
-
     # -- lifecycle -------------------------------------------------------------------------
 
     def close_connection(self, connection: Any) -> None:
@@ -917,11 +344,8 @@ class Transport(virtual.Transport):
             self._abandon_poll()
             super().close_connection(connection)
         finally:
-            self._stop.set()
-            maintenance = self._maintenance
-            if maintenance is not None and maintenance is not threading.current_thread():
-                maintenance.join(timeout=5)
-            self._close_listener()
+            self.maintenance.stop()
+            self.wakeups.close()
             if self._kick is not None:
                 if self._hub is not None:
                     self._hub.remove(self._kick[0].fileno())

@@ -253,8 +253,8 @@ def test_bad_options_rejected_on_driver(spark, database_url, options, problem):
 
 
 def test_partition_failure_surfaces_the_delayq_error():
-    raised = RuntimeError("Traceback ...\ndelayq_transport.core.errors.DatabaseUnavailable: database "
-                          "postgresql://x unreachable: connection refused\n")
+    raised = RuntimeError("Traceback ...\ndelayq_transport.core.errors.DatabaseUnavailable: "
+                          "database postgresql://x unreachable: connection refused\n")
     err = _partition_failure(raised)
     assert isinstance(err, DatabaseUnavailable) and "connection refused" in str(err)
 

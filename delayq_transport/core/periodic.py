@@ -1,0 +1,145 @@
+"""Persistence of periodic entries: the schedule-entry table, the ledger of installed entries,
+and the misfire queries over installed occurrences.
+
+Celery beat (``delayq_beat``) stores its DB-backed entries and enable/disable overrides here,
+and records which entries have occurrences installed under which config hash, so an entry
+removed from the configuration is found and uninstalled after a restart. Two tables, shared by
+every queue table of a database and keyed by ``tableName`` like the migration ledger; created
+by migration 10. Occurrences themselves are ordinary queue rows installed by
+:class:`~.cron.CronService`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .db import Database
+from .queries import Queries
+
+if TYPE_CHECKING:  # queue imports schema, which lists this module's migration
+    from sqlalchemy import MetaData, Table
+
+    from .queue import DelayedQueue
+
+ENTRIES_TABLE = "delayq_beat_entries"
+INSTALLED_TABLE = "delayq_beat_installed"
+
+
+def periodic_tables(metadata: MetaData | None = None) -> list[Table]:
+    from sqlalchemy import BigInteger, Boolean, Column, MetaData, String, Table, Text
+    from sqlalchemy.dialects.postgresql import JSONB
+
+    metadata = metadata or MetaData()
+    entries = Table(
+        ENTRIES_TABLE, metadata,
+        Column("tableName", String(31), primary_key=True),
+        Column("name", Text, primary_key=True),
+        Column("definition", JSONB, nullable=True),
+        Column("enabled", Boolean, nullable=False, server_default="true"),
+        Column("updatedAt", BigInteger, nullable=False),
+    )
+    installed = Table(
+        INSTALLED_TABLE, metadata,
+        Column("tableName", String(31), primary_key=True),
+        Column("name", Text, primary_key=True),
+        Column("kind", String(100), nullable=False),
+        Column("configHash", String(32), nullable=False),
+        Column("installedUntil", BigInteger, nullable=False),
+        Column("updatedAt", BigInteger, nullable=False),
+    )
+    return [entries, installed]
+
+
+def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
+    """Migration 10 (idempotent: CREATE ... IF NOT EXISTS)."""
+    from .schema import ddl  # schema imports this module to list the migration
+
+    for table in periodic_tables():
+        for statement in ddl(table):
+            conn.execute(statement)
+
+
+@dataclass(frozen=True)
+class EntryRow:
+    """A row of the entry table; ``definition`` is None for an enable/disable override."""
+
+    name: str
+    definition: dict[str, Any] | None
+    enabled: bool
+    updated_at_ms: int
+
+
+@dataclass(frozen=True)
+class InstalledRow:
+    name: str
+    kind: str
+    config_hash: str
+    installed_until_ms: int
+    updated_at_ms: int
+
+
+class PeriodicStore:
+    """Entries and the installed ledger of one queue table (the database clock stamps rows)."""
+
+    def __init__(self, db: Database, table: str = "delayed_queue") -> None:
+        self.db = db
+        self.q = Queries(table)
+        self.table = self.q.table
+
+    def _params(self, **extra: Any) -> dict[str, Any]:
+        return {"table_name": self.table, "now": None, **extra}
+
+    def upsert_entry(self, name: str, definition_json: str, enabled: bool) -> None:
+        self.db.execute(self.q["beat_entry_upsert"], self._params(
+            name=name, definition=definition_json, enabled=enabled))
+
+    def delete_entry(self, name: str) -> bool:
+        return self.db.execute(self.q["beat_entry_delete"], self._params(name=name)) > 0
+
+    def set_enabled(self, name: str, enabled: bool) -> bool:
+        """Returns whether ``name`` has a stored definition (else the row is an override)."""
+        row = self.db.fetchone(self.q["beat_entry_set_enabled"],
+                               self._params(name=name, enabled=enabled))
+        return bool(row and row[0])
+
+    def entries(self) -> list[EntryRow]:
+        rows = self.db.fetchall(self.q["beat_entries_list"], self._params())
+        return [EntryRow(r[0], r[1], bool(r[2]), int(r[3])) for r in rows]
+
+    def installed(self) -> list[InstalledRow]:
+        rows = self.db.fetchall(self.q["beat_installed_list"], self._params())
+        return [InstalledRow(r[0], r[1], r[2], int(r[3]), int(r[4])) for r in rows]
+
+    def record_installed(self, rows: Sequence[InstalledRow]) -> None:
+        """installedUntil only grows for an unchanged config (see the statement)."""
+        if rows:
+            self.db.execute(self.q["beat_installed_upsert"], self._params(
+                names=[r.name for r in rows], kinds=[r.kind for r in rows],
+                hashes=[r.config_hash for r in rows],
+                untils=[r.installed_until_ms for r in rows]))
+
+    def forget_installed(self, names: Sequence[str]) -> None:
+        if names:
+            self.db.execute(self.q["beat_installed_delete"], self._params(names=list(names)))
+
+
+def sweep_misfired(queue: DelayedQueue, kinds: Sequence[str], patterns: Sequence[str],
+                   policies: Sequence[str], grace_ms: Sequence[int]) -> list[tuple[str, str]]:
+    """Delete waiting occurrences due longer ago than their grace, per entry policy (``skip``:
+    all of them; ``coalesce``: all but the newest). Returns (key, kind) of each deleted row."""
+    params = {"kinds": list(kinds), "patterns": list(patterns), "policies": list(policies),
+              "grace_ms": [int(g) for g in grace_ms],
+              "now": queue._now_ms()}  # the queue's one clock (the database's unless injected)
+    return [(r[0], r[1]) for r in queue.db.fetchall(queue.queries["beat_misfire_sweep"], params)]
+
+
+def newer_occurrence_due(queue: DelayedQueue, kind: str, pattern: str, at_ms: int,
+                         now_ms: int) -> bool:
+    """Whether an occurrence matching ``pattern`` (LIKE, escaped) newer than ``at_ms`` is due."""
+    row = queue.db.fetchone(queue.queries["beat_newer_due"],
+                            {"kind": kind, "pattern": pattern, "at_ms": at_ms, "now": now_ms})
+    return bool(row and row[0])

@@ -1,0 +1,73 @@
+"""What one process shares per database: the pool, the queue and the bindings built on it."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+from ..core.bindings import Bindings
+from ..core.db import Database
+from ..core.listen import Listener
+from ..core.queue import DelayedQueue
+from . import message as msg
+from .options import DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_POOL_SIZE
+
+
+class Backend:
+    """Celery opens several kombu connections per worker (consumer, events, control); sharing
+    the pool keeps a worker at a handful of PostgreSQL connections. Keyed by pid, so a forked
+    child never reuses its parent's sockets."""
+
+    _registry: dict[tuple[int, str, str], Backend] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, url: str, options: dict[str, Any], key: tuple[int, str, str]) -> None:
+        self.url = url
+        self._key = key
+        self.table = options.get("table", "delayed_queue")
+        self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)))
+        try:
+            self.queue = DelayedQueue(
+                self.db,
+                kind=msg.DEFAULT_QUEUE,
+                table=self.table,
+                acquire_timeout=float(options.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT_S)),
+                ensure_schema=bool(options.get("ensure_schema", True)),
+                relaxed_consumer_commits=not options.get("durable_acks", False),
+            )
+        except BaseException:
+            self.db.close()
+            raise
+        self.bindings = Bindings(self.db, self.queue.queries)
+        self.users = 0
+        self._by_kind: dict[str, DelayedQueue] = {}
+
+    def queue_for(self, kind: str) -> DelayedQueue:
+        """The queue of one kind, built once (publishing asks for it every time)."""
+        queue = self._by_kind.get(kind)
+        if queue is None:
+            queue = self._by_kind[kind] = self.queue.with_kind(kind)
+        return queue
+
+    def listener(self) -> Listener:
+        """A new LISTENing connection for this table's wake-ups."""
+        return Listener(self.db, self.queue.queries)
+
+    @classmethod
+    def acquire(cls, url: str, options: dict[str, Any]) -> Backend:
+        key = (os.getpid(), url, json.dumps(options, sort_keys=True, default=str))
+        with cls._registry_lock:
+            backend = cls._registry.get(key)
+            if backend is None:
+                backend = cls._registry[key] = Backend(url, options, key)
+            backend.users += 1
+            return backend
+
+    def release(self) -> None:
+        with self._registry_lock:
+            self.users -= 1
+            if self.users <= 0:
+                self._registry.pop(self._key, None)
+                self.db.close()

@@ -1,0 +1,22 @@
+"""Defaults of the transport options (``broker_transport_options``), in one place.
+
+Each is documented in :mod:`.transport`'s docstring; durations are seconds.
+"""
+
+from __future__ import annotations
+
+DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
+DEFAULT_POLLING_INTERVAL_S = 5.0
+DEFAULT_BATCH_SIZE = 100
+DEFAULT_POOL_SIZE = 4
+DEFAULT_ACK_FLUSH_INTERVAL_S = 0.05
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+DEFAULT_BINDING_TTL_S = 60.0
+#: After a timer fires and finds nothing (clock skew between host and database), retry soon.
+SKEW_RETRY_S = 0.005
+#: How long closing waits for a poll in flight, to give its messages back at once.
+DEFAULT_CLOSE_WAIT_S = 5.0
+#: Celery's broadcast exchange for remote control (``revoke`` of a waiting task deletes it).
+CONTROL_EXCHANGE = "celery.pidbox"
+#: Options that configure the shared :class:`~.backend.Backend` (pool and queue).
+BACKEND_OPTIONS = ("table", "pool_size", "acquire_timeout", "ensure_schema", "durable_acks")

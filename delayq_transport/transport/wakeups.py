@@ -1,0 +1,108 @@
+"""LISTEN/NOTIFY wake-ups of a transport: one listening connection, shared by its channels.
+
+A notification ``kind:ms`` makes each channel consuming that kind poll now (the row is due) or
+arms its due timer (the row is due later). When the connection breaks (server restart), the
+transport polls everything and reconnects; nothing is missed for long, only found by a poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import DatabaseUnavailable
+from ..core.listen import Listener
+
+if TYPE_CHECKING:
+    from .transport import Transport
+
+log = logging.getLogger(__name__)
+
+
+class Wakeups:
+    """Owns the transport's :class:`~delayq_transport.core.listen.Listener`."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.listener: Listener | None = None
+        self._lock = threading.Lock()
+        self._hub: Any = None
+
+    @property
+    def fd(self) -> int | None:
+        listener = self.listener
+        return None if listener is None else listener.fd
+
+    def attach(self, hub: Any) -> None:
+        """Register the listening socket with Celery's event loop (now or once it exists)."""
+        self._hub = hub
+        if self.listener is not None:
+            hub.add_reader(self.listener.fd, self.drain)
+
+    def ensure(self) -> None:
+        with self._lock:
+            if self.listener is not None and not self.listener.closed:
+                return
+            self.listener = self.transport.backend.listener()
+            fd = self.listener.fd
+        if self._hub is not None:
+            self._hub.add_reader(fd, self.drain)
+
+    def close(self) -> None:
+        with self._lock:
+            listener, self.listener = self.listener, None
+        if listener is None:
+            return
+        if self._hub is not None:
+            try:
+                self._hub.remove(listener.fd)
+            except (OSError, ValueError, KeyError):
+                pass
+        listener.close()
+
+    def reset(self) -> None:
+        """The connection broke: reconnect, and poll for what we missed."""
+        self.close()
+        self.transport._wake()
+        if self.transport._consuming():
+            try:
+                self.ensure()
+            except DatabaseUnavailable as exc:
+                log.warning("delayq: LISTEN connection lost, polling until it is back: %s", exc)
+
+    def wait(self, timeout: float) -> None:
+        """Block until a notification may have arrived (``drain_events`` without a loop)."""
+        listener = self.listener
+        if listener is None or listener.closed:
+            self.transport.maintenance.sleep(timeout)
+            return
+        try:
+            listener.wait(timeout)
+        except DatabaseUnavailable:
+            self.reset()
+
+    def drain(self) -> None:
+        """Hand every notification received so far to the channels consuming its kind."""
+        listener = self.listener
+        if listener is None:
+            return
+        try:
+            notes = listener.drain()
+        except DatabaseUnavailable:
+            self.reset()
+            return
+        if not notes:
+            return
+        consumers = [(c, c.consumed_kinds()) for c in self.transport._consuming()]
+        now_ms = time.time() * 1000
+        for kind, at_ms in notes:
+            for channel, kinds in consumers:
+                if kind not in kinds:
+                    continue
+                if at_ms <= now_ms:
+                    channel.poll_wanted = True
+                elif channel.next_due_ms is None or at_ms < channel.next_due_ms:
+                    channel.next_due_ms = at_ms
+                    self.transport._schedule_hub_timer()

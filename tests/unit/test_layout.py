@@ -1,0 +1,192 @@
+"""The package layout's two rules, checked on the source: the core imports no adapter, and
+adapters contain no SQL (they call the core). Plus every public import path users type.
+
+Read as text and ASTs (nothing is imported for the rules), so a violation fails here with
+the file and line, before any behaviour test notices.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "delayq_transport"
+CORE = PKG / "core"
+#: Everything that is not the core: folders of delayq_transport, and delayq_beat.
+ADAPTER_ROOTS = [p for p in PKG.iterdir() if p.is_dir() and p.name not in ("core", "__pycache__")]
+ADAPTER_ROOTS.append(ROOT / "delayq_beat")
+ADAPTER_NAMES = {p.name for p in ADAPTER_ROOTS if p.parent == PKG}
+
+#: SQL a string literal would hold if an adapter built a statement.
+#: Keywords in capitals, as every statement of queries.sql writes them; prose does not match.
+SQL_RE = re.compile(
+    r"\b(SELECT\s.+\sFROM|INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX|"
+    r"ROLE|FUNCTION|TRIGGER)|ALTER\s+(TABLE|ROLE)|DROP\s+(TABLE|INDEX)|TRUNCATE\s+\S|"
+    r"GRANT\s+\S+.+\sON\s|COPY\s+\S+\s+(FROM|TO)\s)",
+    re.DOTALL,
+)
+#: Ways into the database below the core's API.
+FORBIDDEN_IMPORTS = ("psycopg.sql", "sqlalchemy", "delayq_transport.core.queries")
+FORBIDDEN_CALLS = re.compile(r"\.(queries|q)\[|\bQueries\(|\.db\.(execute|fetchall|fetchone|run)\(")
+
+
+def _py_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _adapter_files() -> list[Path]:
+    files = [f for root in ADAPTER_ROOTS for f in _py_files(root)]
+    assert len(files) > 10, "adapter files not found: the layout moved?"
+    return files
+
+
+def _module_of(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in ``path``, relative ones resolved."""
+    package = _module_of(path).rsplit(".", 1)[0] if path.name != "__init__.py" \
+        else _module_of(path).removesuffix(".__init__")
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            out += [(node.lineno, base)] + [(node.lineno, f"{base}.{a.name}") for a in node.names]
+    return out
+
+
+def test_core_imports_no_adapter() -> None:
+    forbidden = tuple(f"delayq_transport.{n}" for n in ADAPTER_NAMES) + ("delayq_beat",
+                                                                          "kombu", "celery")
+    bad = [f"{f.relative_to(ROOT)}:{line} imports {mod}"
+           for f in _py_files(CORE) for line, mod in _imports(f)
+           if mod.startswith(forbidden)]
+    assert bad == [], "the core must not import adapters (or Celery/kombu):\n" + "\n".join(bad)
+
+
+def test_adapters_contain_no_sql() -> None:
+    bad = []
+    for f in _adapter_files():
+        tree = ast.parse(f.read_text(), str(f))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and SQL_RE.search(node.value) and not _is_docstring(tree, node):
+                bad.append(f"{f.relative_to(ROOT)}:{node.lineno} SQL literal {node.value[:60]!r}")
+        for line, mod in _imports(f):
+            if mod.startswith(FORBIDDEN_IMPORTS):
+                bad.append(f"{f.relative_to(ROOT)}:{line} imports {mod}")
+        for no, text in enumerate(f.read_text().splitlines(), 1):
+            if FORBIDDEN_CALLS.search(text):
+                bad.append(f"{f.relative_to(ROOT)}:{no} runs a statement itself: {text.strip()}")
+    assert bad == [], "adapters must call the core's API, not send SQL:\n" + "\n".join(bad)
+
+
+def _is_docstring(tree: ast.AST, const: ast.Constant) -> bool:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and body[0].value is const:
+            return True
+    return False
+
+
+def test_the_rules_catch_a_violation(tmp_path: Path) -> None:
+    """The checks are not vacuous: a literal, an import and a direct call are each caught."""
+    assert SQL_RE.search("SELECT 1 FROM t") and SQL_RE.search('INSERT INTO "x" VALUES (1)')
+    assert not SQL_RE.search("select the queue from the list")  # prose passes
+    assert FORBIDDEN_CALLS.search('rows = queue.db.fetchall(q["x"])')
+    f = tmp_path / "m.py"
+    f.write_text("from ..core.queries import Queries\n")
+    assert any(m.endswith("core.queries.Queries") for _, m in _imports_as(f, "delayq_transport"
+                                                                           ".transport.m"))
+
+
+def _imports_as(path: Path, module: str) -> list[tuple[int, str]]:
+    package = module.rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            parts = package.split(".")
+            parent = ".".join(parts[: len(parts) - node.level + 1])
+            out += [(node.lineno, f"{parent}.{node.module}.{a.name}") for a in node.names]
+    return out
+
+
+def test_every_sql_statement_lives_in_the_one_file() -> None:
+    """No second .sql file, and the core's Python modules hold no statement text either
+    (DDL comes from SQLAlchemy Core, statements from queries.sql)."""
+    assert [p.relative_to(ROOT).as_posix() for p in PKG.rglob("*.sql")] == [
+        "delayq_transport/core/queries.sql"]
+    bad = []
+    for f in _py_files(CORE):
+        tree = ast.parse(f.read_text(), str(f))
+        bad += [f"{f.name}:{n.lineno}" for n in ast.walk(tree)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                and SQL_RE.search(n.value) and not _is_docstring(tree, n)]
+    assert bad == [], bad
+
+
+PUBLIC = [
+    ("delayq_transport", ["DelayedQueue", "CronService", "CronMessage", "CronHandle",
+                          "DailySchedule", "Database", "Envelope", "Offer", "OfferOutcome",
+                          "StoredMessage", "KindStatus", "RetryPolicy", "config_hash", "migrate",
+                          "DelayqError", "InvalidInput", "DatabaseUnavailable", "DatabaseError",
+                          "SchemaMissing"]),
+    ("delayq_transport.transport", ["Transport"]),
+    ("delayq_transport.transport.message", ["kind_for", "queue_of_kind"]),
+    ("delayq_transport.cli", ["main"]),
+    ("delayq_beat", ["Scheduler", "BeatStore", "drop_misfired"]),
+]
+
+
+@pytest.mark.parametrize(("module", "names"), PUBLIC, ids=[m for m, _ in PUBLIC])
+def test_public_import_paths(module: str, names: list[str]) -> None:
+    mod = importlib.import_module(module)
+    missing = [n for n in names if not hasattr(mod, n)]
+    assert missing == []
+
+
+def test_spark_paths_resolve_lazily() -> None:
+    """``from delayq_transport.spark import ...`` works, and ``delayq`` never imports pyspark
+    on start (the spark-report command imports it when it runs)."""
+    code = ("import sys, delayq_transport.cli; assert 'pyspark' not in sys.modules, 'pyspark'; "
+            "from delayq_transport.spark import schedule_tasks, queue_dataframe; "
+            "assert 'pyspark' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_broker_url_alias_and_beat_scheduler_entry_point() -> None:
+    code = ("import delayq_transport; from kombu import Connection; "
+            "c = Connection('delayq+postgresql://u@h/db'); "
+            "assert c.transport_cls == 'delayq', c.transport_cls; "
+            "from kombu.transport import resolve_transport; "
+            "mod = resolve_transport('delayq').__module__; "
+            "assert mod == 'delayq_transport.transport.transport', mod; "
+            "from celery.beat import Scheduler; from importlib.metadata import entry_points; "
+            "[ep] = entry_points(group='celery.beat_schedulers', name='delayq'); "
+            "assert ep.load().__name__ == 'Scheduler'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_every_delayq_command_is_registered() -> None:
+    from click.testing import CliRunner
+
+    from delayq_transport.cli import main
+
+    assert {"migrate", "status", "demo", "beat", "spark-report"} <= set(main.commands)
+    result = CliRunner().invoke(main, ["beat", "--help"])
+    assert result.exit_code == 0 and "list" in result.output
