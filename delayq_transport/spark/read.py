@@ -16,8 +16,8 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..core import validate_table_name
 from ..core.errors import InvalidInput
-from ..core.queries import validate_table_name
 from ..core.queue import DelayedQueue
 from ..core.scan import SCAN_PAGE_ROWS, ScannedRow, id_bounds, scan_range
 from ..transport import message

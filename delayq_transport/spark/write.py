@@ -44,11 +44,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..core import errors
+from ..core import errors, validate_table_name
 from ..core.bulk import BulkWriter
 from ..core.db import normalize_url
 from ..core.errors import DelayqError, InvalidInput
-from ..core.queries import validate_table_name
 from ..core.queue import DelayedQueue, validate_kind
 from ..core.timeutil import duration_ms, to_ms
 from ..transport import message
