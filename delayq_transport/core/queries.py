@@ -60,6 +60,7 @@ class Queries:
             "table": sql.Identifier(table),
             "migrations": sql.Identifier(MIGRATIONS_TABLE),
             "bindings": sql.Identifier(f"{table}__bindings"),
+            "stage": sql.Identifier(f"{table}__stage"),
             "notify_fn": sql.Identifier(f"{table}__notify"),
             "insert_trigger": sql.Identifier(f"{table}__notify_insert"),
             "update_trigger": sql.Identifier(f"{table}__notify_update"),

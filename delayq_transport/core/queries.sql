@@ -372,15 +372,77 @@ WHERE t."pKind" IN (SELECT "queue" FROM stale) AND t."lockUuid" IS NULL
 -- Id range of the whole table and the database clock, so queue_dataframe can split its read.
 SELECT min("id") AS lo, max("id") AS hi, {now} AS now FROM {table}
 
--- scan_page --
--- One page of rows with lo <= id < hi, in id order (keyset paging inside a Spark partition).
--- in_flight / redelivered follow the `status` block: an expired lease is due and redelivered.
-SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
-       t."createdAt",
+-- bulk_session_setup --
+-- core/bulk.py: before the staging table exists in this session (PostgreSQL only takes it then),
+-- room for a whole flush in local buffers, so staged rows are not written out to temp files.
+SET temp_buffers = '128MB'
+
+-- bulk_stage_create --
+-- core/bulk.py: the per-connection staging table bulk writers COPY into (dropped with the
+-- session; no migration). Same column types as the queue table so the merge casts nothing.
+CREATE TEMP TABLE IF NOT EXISTS {stage} (
+    "key" text NOT NULL, "kind" text NOT NULL, "payload" bytea NOT NULL, "at" bigint NOT NULL
+)
+
+-- bulk_stage_copy --
+-- core/bulk.py: binary COPY of (key, kind, payload, at) tuples into the staging table.
+COPY {stage} ("key", "kind", "payload", "at") FROM STDIN (FORMAT binary)
+
+-- bulk_stage_truncate --
+-- core/bulk.py: empty the staging table after a merge.
+TRUNCATE {stage}
+
+-- bulk_merge_ignore --
+-- core/bulk.py: move staged rows into the queue; a key that exists (or repeats) is left alone,
+-- so the row count is what was created. Ordered by key: two writers merging overlapping keys
+-- lock them in the same order and cannot deadlock.
+INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt")
+SELECT s."key", s."kind", s."payload", s."at", s."at", {now}
+FROM {stage} AS s
+ORDER BY s."key", s."kind"
+ON CONFLICT ("pKey", "pKind") DO NOTHING
+
+-- bulk_merge_update --
+-- core/bulk.py: like bulk_merge_ignore, but a key that exists is replaced in place unless it is
+-- identical and not in flight (offer()'s rule); RETURNING tells created (xmax = 0) from
+-- updated, every staged row not returned was ignored. DISTINCT ON: a statement may not touch
+-- one row twice, so one of the staged rows sharing a key wins.
+INSERT INTO {table} AS t ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
+                          "createdAt")
+SELECT DISTINCT ON (s."key", s."kind") s."key", s."kind", s."payload", s."at", s."at", {now}
+FROM {stage} AS s
+ORDER BY s."key", s."kind"
+ON CONFLICT ("pKey", "pKind") DO UPDATE
+SET "payload" = EXCLUDED."payload", "scheduledAt" = EXCLUDED."scheduledAt",
+    "scheduledAtInitially" = EXCLUDED."scheduledAtInitially", "lockUuid" = NULL,
+    "createdAt" = EXCLUDED."createdAt"
+WHERE t."payload" IS DISTINCT FROM EXCLUDED."payload"
+   OR t."scheduledAtInitially" <> EXCLUDED."scheduledAtInitially"
+   OR t."lockUuid" IS NOT NULL
+RETURNING (t.xmax = 0) AS created
+
+-- bulk_copy_direct --
+-- core/bulk.py: binary COPY straight into the queue table (no conflict handling). Only the
+-- benchmark uses it, as the raw write limit the bulk writers are measured against.
+COPY {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt")
+FROM STDIN (FORMAT binary)
+
+-- scan_page_tasks --
+-- One page of rows with lo <= id < hi, in id order, without the payload: only the Celery task
+-- name, cut out of the stored message by a byte search for `"task": "` (the first such key of
+-- a kombu message is headers.task: the body before it is base64), so a reader neither
+-- transfers nor parses ~1 KB per row.
+SELECT t."id", t."pKey", t."pKind",
+       CASE WHEN p.at > 0 AND q.len > 0
+            THEN convert_from(substring(t."payload" FROM p.at + 9 FOR q.len - 1), 'UTF8') END AS task,
+       t."scheduledAt", t."scheduledAtInitially", t."createdAt",
        t."lockUuid" IS NOT NULL AND t."scheduledAt" > n.now AS in_flight,
        t."scheduledAt" > t."scheduledAtInitially"
            AND (t."lockUuid" IS NULL OR t."scheduledAt" <= n.now) AS redelivered
-FROM {table} AS t, (SELECT {now} AS now) AS n
+FROM {table} AS t
+CROSS JOIN LATERAL (SELECT position('\x227461736b223a2022'::bytea IN t."payload") AS at) AS p
+CROSS JOIN LATERAL (SELECT position('\x22'::bytea IN substring(t."payload" FROM p.at + 9)) AS len) AS q,
+     (SELECT {now} AS now) AS n
 WHERE t."id" >= %(lo)s AND t."id" < %(hi)s
 ORDER BY t."id"
 LIMIT %(limit)s

@@ -17,17 +17,19 @@ from rich.table import Table
 from ..cli import Context, console, register
 
 if TYPE_CHECKING:
-    from .pipeline import QueueReport
+    from .read import QueueReport
 
 
 def _spark_module() -> Any:
     try:
-        from . import pipeline as spark
+        from . import read, session  # noqa: F401  (imports pyspark)
     except ImportError as exc:
         if exc.name is None or not exc.name.startswith("pyspark"):
             raise
         raise click.ClickException(
             "pyspark is not installed: pip install 'delayq[spark]'") from exc
+    from .. import spark
+
     return spark
 
 

@@ -198,6 +198,12 @@ class TaskMessageEncoder:
         self._literals = parts[0::2]
         self._slots = parts[1::2]
 
+    def template(self) -> tuple[list[str], list[str]]:
+        """(JSON literals, slot names between them): the message with ``len(names)`` holes,
+        each filled with the JSON of that slot's value. The Spark pipeline fills them in the
+        JVM (``delayq_transport.spark.encode``)."""
+        return list(self._literals), list(self._slots)
+
     def encode(
         self,
         args: Sequence[Any],

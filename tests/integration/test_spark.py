@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -122,7 +121,7 @@ def test_key_column_priority_and_countdown(spark, database_url):
 
 
 def test_spark_task_retry_creates_no_duplicates(spark, database_url):
-    """Partition 0's first attempt dies after its writer stored rows; Spark retries it."""
+    """Partition 0's first attempt dies after its writer merged rows; Spark retries it."""
     df = users(spark, 20_000, future_base(), partitions=2)
 
     def wait_for_rows(n: int, timeout_s: float = 60.0) -> None:
@@ -133,17 +132,22 @@ def test_spark_task_retry_creates_no_duplicates(spark, database_url):
                 if conn.execute("SELECT count(*) FROM delayed_queue").fetchone()[0] >= n:
                     return
                 time.sleep(0.05)
+        raise AssertionError(f"the writer did not store {n} rows in {timeout_s} s")
 
-    def fail_first_attempt(rows: Iterator[Row]) -> Iterator[Row]:
+    def fail_first_attempt(user_id: int) -> int:
         ctx = TaskContext.get()
-        for i, row in enumerate(rows):
-            if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and i == 8_000:
-                wait_for_rows(1_000)  # the writer downstream has stored chunks
-                raise RuntimeError("injected executor failure")
-            yield row
+        if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and user_id == 8_000:
+            wait_for_rows(1_000)  # the writer downstream has merged rows
+            raise RuntimeError("injected executor failure")
+        return user_id
 
-    flaky = spark.createDataFrame(df.rdd.mapPartitions(fail_first_attempt), df.schema)
-    result = schedule_users(flaky, database_url, chunk_size=200)
+    flaky = df.withColumn("user_id", F.udf(fail_first_attempt, "long")("user_id"))
+    # Small Arrow batches and merges, so the writer has merged rows when the failure hits.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
+    try:
+        result = schedule_users(flaky, database_url, chunk_size=200)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert result.created + result.ignored == 20_000 and result.bad == 0
     assert result.ignored > 0, "the failed attempt wrote rows that the retry found"
     assert rows_in_table(database_url) == 20_000
