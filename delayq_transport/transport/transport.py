@@ -43,6 +43,10 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
 * ``durable_acks``: commit acks, leases and releases with a WAL flush (default False). Off,
   they skip the flush wait, which unblocks the worker's event loop; a PostgreSQL crash can then
   only redeliver messages (at-least-once).
+* ``low_watermark``: start each poll above the rows this worker already took, below which
+  only dead index entries lie (default True; see docs/scale.md). NOTIFYs lower it.
+* ``full_rescan_interval``: a poll scans each queue from the bottom at least this often, the
+  safety net of the watermark (default 30).
 * ``database_url``: libpq URL to use instead of the broker URL (e.g. a Unix socket).
 * ``max_message_size``: bytes; larger messages are refused with a clear error (default 64 MiB).
 * ``binding_ttl``: a fanout queue whose consumer has not been seen for this long receives no
@@ -74,6 +78,7 @@ from ..core.db import Database
 from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
 from ..core.queue import DelayedQueue
 from ..core.types import Envelope
+from ..core.watermark import DEFAULT_FULL_RESCAN_INTERVAL_S
 from . import message as msg
 
 log = logging.getLogger(__name__)
@@ -205,6 +210,11 @@ class Backend:
                 acquire_timeout=float(options.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT_S)),
                 ensure_schema=bool(options.get("ensure_schema", True)),
                 relaxed_consumer_commits=not options.get("durable_acks", False),
+                # issue 10: polls start at the consumer's low watermark (core/watermark.py);
+                # this module feeds it every NOTIFY (_drain_notifications, _reset_listener).
+                low_watermark=bool(options.get("low_watermark", True)),
+                full_rescan_interval=float(options.get("full_rescan_interval",
+                                                       DEFAULT_FULL_RESCAN_INTERVAL_S)),
             )
         except BaseException:
             self.db.close()
@@ -790,6 +800,7 @@ class Transport(virtual.Transport):
     def _reset_listener(self) -> None:
         """The LISTEN connection broke (server restart): reconnect, and poll for what we missed."""
         self._close_listener()
+        self.backend.queue.reset_watermarks()  # notifications were missed: rescan (issue 10)
         self._wake()
         if self._consuming():
             try:
@@ -813,6 +824,7 @@ class Transport(virtual.Transport):
         for note in notes:
             kind, _, at = note.payload.rpartition(":")
             at_ms = int(at)
+            self.backend.queue.lower_watermark(kind, at_ms)  # issue 10: poll from below it
             for channel, kinds in consumers:
                 if kind not in kinds:
                     continue
