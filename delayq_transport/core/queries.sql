@@ -250,6 +250,18 @@ CREATE TRIGGER {update_trigger} AFTER UPDATE ON {table}
     FOR EACH ROW WHEN (NEW."lockUuid" IS NULL)
     EXECUTE FUNCTION {notify_fn}({channel_literal})
 
+-- queue_autovacuum --
+-- Migration 4: vacuum and analyze the queue table after ~1% of its rows changed (1,000 at
+-- least), not the default 20%: a queue churns a small due region on top of a large far-future
+-- backlog, and its dead index entries are what each poll has to walk (docs/scale.md). Also
+-- analyzes a freshly bulk-loaded table soon. SHARE UPDATE EXCLUSIVE: it waits neither for DML
+-- nor for pg_dump's ACCESS SHARE, so it applies to a live table.
+ALTER TABLE {table} SET (
+    autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_vacuum_insert_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.01, autovacuum_analyze_threshold = 1000
+)
+
 -- listen --
 -- Subscribe a connection to this table's wake-ups.
 LISTEN {channel}
