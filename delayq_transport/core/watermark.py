@@ -44,9 +44,10 @@ from dataclasses import dataclass, field
 DEFAULT_FULL_RESCAN_INTERVAL_S = 30.0
 
 
-@dataclass
+@dataclass(eq=False)
 class PollTicket:
-    """One running poll: the kinds and floors it scans, and lowerings seen while it ran."""
+    """One running poll: the kinds and floors it scans, and lowerings seen while it ran.
+    Compared by identity: two polls with the same floors are still two polls."""
 
     kinds: list[str]
     lows: list[int | None]

@@ -182,3 +182,15 @@ def test_a_lowering_during_a_poll_survives_its_result() -> None:
     marks.lower("k", 1_000)
     marks.abort(ticket)
     assert marks.low("k") is not None and marks.low("k") <= 1_000
+
+
+def test_two_identical_polls_each_keep_their_lowering() -> None:
+    """Two consumers' polls that begin with the same floors are still two polls: the first to
+    finish must not take the other's record of a lowering with it (found by the benchmark)."""
+    marks = LowWatermarks(RESCAN_S, monotonic=Ticker())
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000)
+    a, b = marks.begin(["k"]), marks.begin(["k"])
+    marks.finish(b, {}, 10, 0, 6_000)
+    marks.lower("k", 5_500)
+    marks.finish(a, {}, 10, 0, 7_000)
+    assert marks.low("k") == 5_500
