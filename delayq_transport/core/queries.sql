@@ -60,6 +60,9 @@ RETURNING "pKey", "pKind", "scheduledAt"
 -- The lease is the new scheduledAt; previous_at tells a redelivery from a first delivery.
 -- A last row (id NULL) carries the earliest scheduledAt left over these kinds (leases included),
 -- so a consumer learns when to wake next without a second round trip, and the statement's now.
+-- `want_next` false skips that search: above now it walks every lease of the last
+-- acquire_timeout, acked ones included, which a held snapshot keeps alive (the watermark then
+-- asks only now and then and keeps what NOTIFYs announce in between).
 -- `lows` (one per kind, NULL = from the bottom) is the consumer's low watermark: no live due row
 -- is known below it, so the scan starts there, above the dead index entries that every acquire
 -- and ack leave at the low end of (pKind, scheduledAt) and that a held snapshot keeps alive
@@ -96,7 +99,7 @@ SELECT a."id", a."pKey", a."pKind", a."payload", p.previous_at, a."scheduledAtIn
        a."createdAt", p.ord, NULL::bigint AS next_due, NULL::bigint AS polled_at
 FROM acquired AS a JOIN picked AS p ON p.id = a."id"
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, CASE WHEN %(want_next)s THEN (
     SELECT min(x.at)
     FROM k
     CROSS JOIN LATERAL (
@@ -104,7 +107,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
         WHERE "pKind" = k.kind AND "scheduledAt" >= k.low AND "id" NOT IN (SELECT id FROM picked)
         ORDER BY "scheduledAt" LIMIT 1
     ) AS x
-), (SELECT now FROM n)
+) END, (SELECT now FROM n)
 
 -- ack --
 -- Delete one delivery; a row re-acquired or replaced since then carries another lock and stays.

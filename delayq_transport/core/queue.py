@@ -315,7 +315,9 @@ class DelayedQueue:
 
     def poll(self, n: int, kinds: Sequence[str] | None = None) -> tuple[list[Envelope], int | None]:
         """``try_poll_many`` plus, from the same statement, the earliest ``scheduledAt`` (epoch
-        ms, leases included) of the rows left: when a consumer should look again."""
+        ms, leases included) of the rows left: when a consumer should look again. With
+        ``low_watermark`` it is searched only now and then, and the time reported in between
+        is the last one found lowered by every announcement since (see ``core/watermark.py``)."""
         lock = str(uuid.uuid4())
         kinds = self._kinds(kinds)
         marks = self.watermarks
@@ -323,6 +325,7 @@ class DelayedQueue:
         params = {
             "kinds": kinds,
             "lows": [None] * len(kinds) if ticket is None else ticket.lows,
+            "want_next": ticket is None or ticket.want_next,
             "limit": n,
             "lock": lock,
             "lease_ms": self.lease_ms,
@@ -342,8 +345,8 @@ class DelayedQueue:
             taken_max: dict[str, int] = {}
             for r in rows:
                 taken_max[r[2]] = max(taken_max.get(r[2], r[4]), r[4])
-            marks.finish(ticket, taken_max, n, len(rows),  # type: ignore[union-attr]
-                         None if last is None else last[9])
+            next_due = marks.finish(  # type: ignore[union-attr]
+                ticket, taken_max, n, len(rows), None if last is None else last[9], next_due)
         rows.sort(key=lambda r: (r[7], r[4], r[0]))
         ack = self.ack
         envelopes = [

@@ -51,6 +51,7 @@ class PollTicket:
 
     kinds: list[str]
     lows: list[int | None]
+    want_next: bool = True
     lowered: dict[str, int] = field(default_factory=dict)
 
 
@@ -68,6 +69,8 @@ class LowWatermarks:
         self._low: dict[str, int] = {}
         self._rescanned_at: dict[str, float] = {}
         self._running: list[PollTicket] = []
+        #: Earliest due time known per polled kind set (None: nothing left), see next_due().
+        self._next: dict[tuple[str, ...], int | None] = {}
 
     def begin(self, kinds: Sequence[str]) -> PollTicket:
         """Floors for a poll of ``kinds`` (None: scan from the bottom, a rescan is due)."""
@@ -78,21 +81,24 @@ class LowWatermarks:
                 last = self._rescanned_at.get(kind)
                 stale = last is None or now - last >= self.full_rescan_interval_s
                 lows.append(None if stale else self._low.get(kind))
-            ticket = PollTicket(list(kinds), lows)
+            want = None in lows or tuple(kinds) not in self._next
+            ticket = PollTicket(list(kinds), lows, want_next=want)
             self._running.append(ticket)
             return ticket
 
     def finish(
         self, ticket: PollTicket, taken_max: dict[str, int], limit: int, taken: int,
-        polled_at: int | None,
-    ) -> None:
+        polled_at: int | None, next_due: int | None = None,
+    ) -> int | None:
         """Record what a poll proved (see the module docstring); ``taken_max`` maps each kind
-        that gave rows to the largest ``scheduledAt`` taken from it."""
+        that gave rows to the largest ``scheduledAt`` taken from it, ``next_due`` is what the
+        statement found when ``ticket.want_next``. Returns the next due time to report."""
         now = self._monotonic()
         with self._lock:
             self._drop(ticket)
             if polled_at is None:
-                return
+                return next_due
+            nxt = self._remember_next(ticket, polled_at, next_due)
             full = taken >= limit
             reached = max((i for i, k in enumerate(ticket.kinds) if k in taken_max), default=-1)
             for i, kind in enumerate(ticket.kinds):
@@ -103,6 +109,29 @@ class LowWatermarks:
                 self._low[kind] = low
                 if ticket.lows[i] is None:
                     self._rescanned_at[kind] = now
+            return nxt
+
+    def _remember_next(self, ticket: PollTicket, polled_at: int, found: int | None
+                       ) -> int | None:
+        """The next due time of a poll that did not search for it: the last one found, lowered
+        by every announcement since. Searching walks all leases of the last acquire_timeout
+        (acked ones too, under a held snapshot), so it runs only on a full rescan or once the
+        remembered time has passed. Leases taken by others since are not in it: an expired
+        one is found by the next poll (at once under load, within the fallback interval of
+        an idle consumer)."""
+        key = tuple(ticket.kinds)
+        known = [at for k, at in ticket.lowered.items() if k in key]
+        if ticket.want_next:
+            value = min([*known, *([] if found is None else [found])], default=None)
+        else:
+            value = self._next.get(key)
+            if known:
+                value = min([*known, *([] if value is None else [value])])
+        if value is not None and value <= polled_at:
+            self._next.pop(key, None)  # passed: the next poll searches again
+        else:
+            self._next[key] = value
+        return value
 
     def abort(self, ticket: PollTicket) -> None:
         """A poll that failed proves nothing; keep what it saw lowered."""
@@ -117,10 +146,14 @@ class LowWatermarks:
                 self._low[kind] = at
 
     def lower(self, kind: str, at_ms: int) -> None:
-        """A row of ``kind`` is (or will be) due at ``at_ms``: never scan above it."""
+        """A row of ``kind`` is (or will be) due at ``at_ms``: never scan above it, and report
+        it as the next due time if it is the earliest known."""
         with self._lock:
             if kind in self._low and at_ms < self._low[kind]:
                 self._low[kind] = at_ms
+            for key, at in self._next.items():
+                if kind in key and (at is None or at_ms < at):
+                    self._next[key] = at_ms
             for ticket in self._running:
                 if kind in ticket.kinds and at_ms < ticket.lowered.get(kind, at_ms + 1):
                     ticket.lowered[kind] = at_ms
@@ -130,6 +163,7 @@ class LowWatermarks:
         with self._lock:
             self._low.clear()
             self._rescanned_at.clear()
+            self._next.clear()
             for ticket in self._running:
                 ticket.lowered.update({k: -(2**63) for k in ticket.kinds})
 

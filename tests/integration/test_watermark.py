@@ -194,3 +194,23 @@ def test_two_identical_polls_each_keep_their_lowering() -> None:
     marks.lower("k", 5_500)
     marks.finish(a, {}, 10, 0, 7_000)
     assert marks.low("k") == 5_500
+
+
+def test_next_due_is_searched_now_and_then_and_lowered_by_announcements(
+    wq: DelayedQueue, other: DelayedQueue, ticker: Ticker
+) -> None:
+    """The search for the next due time walks every recent lease; with a watermark it runs on
+    a rescan or once the remembered time has passed, and announcements lower it between."""
+    now = other.now()
+    at_ms = [int((now + timedelta(seconds=s)).timestamp() * 1000) for s in (60, 30, 10)]
+    other.offer("in60", b"", now + timedelta(seconds=60))
+    assert wq.poll(10) == ([], at_ms[0]), "first poll searches"
+    other.offer("in30", b"", now + timedelta(seconds=30))
+    assert wq.poll(10) == ([], at_ms[0]), "remembered, not searched"
+    wq.lower_watermark("test", at_ms[1])  # the NOTIFY of in30
+    assert wq.poll(10) == ([], at_ms[1])
+    wq.offer("in10", b"", now + timedelta(seconds=10))  # own offers announce themselves
+    assert wq.poll(10) == ([], at_ms[2])
+    other.delete("in10")
+    ticker.t += RESCAN_S
+    assert wq.poll(10) == ([], at_ms[1]), "a rescan searches again"
