@@ -59,19 +59,21 @@ class Window:
     done: int = 0
 
 
-def load_far_rows(url: str, kind: str, n: int, table: str = TABLE) -> float:
-    """``n`` rows due in 30 days, by generate_series (seconds for millions); returns seconds."""
+def load_far_rows(url: str, kind: str, n: int, table: str = TABLE, first: int = 0) -> float:
+    """Rows ``first`` to ``first + n - 1`` due in 30 days, by generate_series (seconds for
+    millions); returns seconds."""
     start = time.monotonic()
     step = 1_000_000
     with psycopg.connect(url, autocommit=True) as conn:
-        for lo in range(0, n, step):
+        for lo in range(first, first + n, step):
             conn.execute(f"""
                 INSERT INTO {table} ("pKey", "pKind", payload, "scheduledAt",
                                      "scheduledAtInitially", "createdAt")
                 SELECT 'far-' || i, %(kind)s, '\\x00', t + i, t + i, t
                 FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS i,
                      (SELECT (extract(epoch FROM now()) * 1000)::bigint + %(far)s AS t) AS n
-            """, {"kind": kind, "lo": lo, "hi": min(lo + step, n) - 1, "far": FAR_FUTURE_MS})
+            """, {"kind": kind, "lo": lo, "hi": min(lo + step, first + n) - 1,
+                  "far": FAR_FUTURE_MS})
     return time.monotonic() - start
 
 
