@@ -64,10 +64,11 @@ from delayq_transport import DelayedQueue  # noqa: E402
 WINDOW_S = 10.0
 
 
-def _delayq_run(db_url: str, cfg: Settings, queue: str) -> BrokerRun:
+def _delayq_run(db_url: str, cfg: Settings, queue: str, name: str = "delayq") -> BrokerRun:
+    """A BrokerRun on our own database; ``name`` keys its Redis counters (one per size)."""
     url = "delayq+postgresql://" + db_url.split("://", 1)[1]
     env = _base_env(cfg, queue, url, {}, acks_late=False)
-    return BrokerRun("delayq", env, db_url)
+    return BrokerRun(name, env, db_url)
 
 
 def part_sizes(cfg: Settings, sizes: list[int], progress: Any) -> dict[str, Any]:
@@ -80,7 +81,7 @@ def part_sizes(cfg: Settings, sizes: list[int], progress: Any) -> dict[str, Any]
             load_s = load_far_rows(db_url, queue, size - loaded, first=loaded)
             loaded = size
             checkpoint(cfg.admin_url)
-            run = _delayq_run(db_url, cfg, queue)
+            run = _delayq_run(db_url, cfg, queue, f"delayq_{size}")
             drain = phase_drain(run, cfg, progress)
             latency = phase_latency(run, cfg, progress)
             out["delayq"].append({"far_rows": size, "load_s": round(load_s, 1),
@@ -136,7 +137,7 @@ def part_snapshot(cfg: Settings, rate: float, minutes: float, progress: Any) -> 
         with fresh_database(cfg.admin_url, prefix="delayq_bench10_snap") as db_url:
             queue = f"bench_snap_{cfg.run_id}"
             DelayedQueue(db_url, kind=queue).close()
-            run = dataclasses.replace(_delayq_run(db_url, cfg, queue), name=name)
+            run = _delayq_run(db_url, cfg, queue, name)
             snap = hold_snapshot(db_url, "delayed_queue") if held else None
             try:
                 out[name] = steady(run, cfg, rate, seconds, progress)
