@@ -145,7 +145,8 @@ def main(scenario: str, minutes: float | None, rate: float, far_rows: int | None
     import psycopg
 
     with psycopg.connect(database_url) as conn:  # sizes can only stay bounded if it is on
-        info["autovacuum"] = str(conn.execute("SHOW autovacuum").fetchone()[0])  # type: ignore[index]
+        row = conn.execute("SHOW autovacuum").fetchone()
+        info["autovacuum"] = str(row[0]) if row else "?"
     with progress_bar() as progress:
         runs = [run_one(database_url, kw, progress) for kw in plan]
     name = f"churn_{scenario}"
@@ -172,7 +173,8 @@ def main(scenario: str, minutes: float | None, rate: float, far_rows: int | None
                 f"{rate:.0f} rows/s offered, {far_rows:,} far-future rows, {what}; load average "
                 f"{info['load_average_at_start'][0]:.1f} at start, "
                 f"{info['load_average_at_end'][0]:.1f} at end (2 cores shared with other "
-                f"runs); server `autovacuum = {info['autovacuum']}`. First vs last {window / 60:g} minutes (medians of {sample_s:g} s "
+                f"runs); server `autovacuum = {info['autovacuum']}`. "
+                f"First vs last {window / 60:g} minutes (medians of {sample_s:g} s "
                 f"windows):\n\n{table(runs, window)}\n\n![{name}](img/{img.name})\n")
         replace_section(name, body)
 
