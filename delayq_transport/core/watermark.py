@@ -71,6 +71,8 @@ class LowWatermarks:
         self._running: list[PollTicket] = []
         #: Earliest due time known per polled kind set (None: nothing left), see next_due().
         self._next: dict[tuple[str, ...], int | None] = {}
+        #: Latest statement time seen: announcements at or before it are due, not "next".
+        self._polled_at = -(2**63)
 
     def begin(self, kinds: Sequence[str]) -> PollTicket:
         """Floors for a poll of ``kinds`` (None: scan from the bottom, a rescan is due)."""
@@ -120,7 +122,8 @@ class LowWatermarks:
         one is found by the next poll (at once under load, within the fallback interval of
         an idle consumer)."""
         key = tuple(ticket.kinds)
-        known = [at for k, at in ticket.lowered.items() if k in key]
+        self._polled_at = max(self._polled_at, polled_at)
+        known = [at for k, at in ticket.lowered.items() if k in key and at > polled_at]
         if ticket.want_next:
             value = min([*known, *([] if found is None else [found])], default=None)
         else:
@@ -151,9 +154,10 @@ class LowWatermarks:
         with self._lock:
             if kind in self._low and at_ms < self._low[kind]:
                 self._low[kind] = at_ms
-            for key, at in self._next.items():
-                if kind in key and (at is None or at_ms < at):
-                    self._next[key] = at_ms
+            if at_ms > self._polled_at:  # a due-now row wakes the consumer anyway
+                for key, at in self._next.items():
+                    if kind in key and (at is None or at_ms < at):
+                        self._next[key] = at_ms
             for ticket in self._running:
                 if kind in ticket.kinds and at_ms < ticket.lowered.get(kind, at_ms + 1):
                     ticket.lowered[kind] = at_ms

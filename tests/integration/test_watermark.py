@@ -214,3 +214,18 @@ def test_next_due_is_searched_now_and_then_and_lowered_by_announcements(
     other.delete("in10")
     ticker.t += RESCAN_S
     assert wq.poll(10) == ([], at_ms[1]), "a rescan searches again"
+
+
+def test_due_now_announcements_do_not_trigger_a_search() -> None:
+    """Every due-now publish is announced; only future times may lower the next due time, or
+    each of them would make the following poll walk the lease region again."""
+    marks = LowWatermarks(RESCAN_S, monotonic=Ticker())
+    first = marks.begin(["k"])
+    assert first.want_next
+    assert marks.finish(first, {}, 10, 0, 5_000, 9_000) == 9_000
+    marks.lower("k", 4_000)  # due already: the poll window covers it
+    ticket = marks.begin(["k"])
+    assert not ticket.want_next
+    assert marks.finish(ticket, {}, 10, 0, 5_100) == 9_000
+    marks.lower("k", 7_000)  # a countdown: the next due time
+    assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_200) == 7_000
