@@ -150,7 +150,7 @@ def part_snapshot(cfg: Settings, rate: float, minutes: float, progress: Any) -> 
     return out
 
 
-def plots(result: dict[str, Any]) -> list[Path]:
+def plots(result: dict[str, Any], name: str = "scale") -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -177,7 +177,7 @@ def plots(result: dict[str, Any]) -> list[Path]:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.tight_layout()
-        paths.append(IMG_DIR / "bench_scale_sizes.png")
+        paths.append(IMG_DIR / f"bench_{name}_sizes.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
     snap = result.get("snapshot")
@@ -195,13 +195,13 @@ def plots(result: dict[str, Any]) -> list[Path]:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.tight_layout()
-        paths.append(IMG_DIR / "bench_scale_snapshot.png")
+        paths.append(IMG_DIR / f"bench_{name}_snapshot.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
     return paths
 
 
-def docs(result: dict[str, Any]) -> str:
+def docs(result: dict[str, Any], name: str = "scale") -> str:
     lines = [f"## Celery at scale (issue 10)\n\n`python bench/bench_scale.py` at revision "
              f"{result['revision']}; worker `-P prefork -c 2`, prefetch 4 (bench_celery's); "
              f"load average {result['machine']['load_average_at_start'][0]:.1f} at start, "
@@ -218,7 +218,7 @@ def docs(result: dict[str, Any]) -> str:
                      rd["drain"].get("tasks_per_s"), "-", rd["latency"]["immediate"].get("p99_ms")])
         lines.append(markdown_table(["far-future rows", "drain s", "tasks/s", "vs smallest",
                                      "pick-up p99 ms"], rows, "lrrrr"))
-        lines.append("\n![sizes](img/bench_scale_sizes.png)\n")
+        lines.append(f"\n![sizes](img/bench_{name}_sizes.png)\n")
     snap = result.get("snapshot")
     if snap:
         rows = []
@@ -226,12 +226,12 @@ def docs(result: dict[str, Any]) -> str:
             third = max(1, len(ws) // 3)
             head, tail = ws[:third], ws[-third:]
             rows.append([name, sum(w["n"] for w in ws),
-                         statistics.median(w["p99_ms"] for w in head),
-                         statistics.median(w["p99_ms"] for w in tail),
+                         round(statistics.median(w["p99_ms"] for w in head), 2),
+                         round(statistics.median(w["p99_ms"] for w in tail), 2),
                          max(w["p99_ms"] for w in ws)])
         lines.append(markdown_table(["run", "tasks", "p99 ms first third", "p99 ms last third",
                                      "worst window p99 ms"], rows, "lrrrr"))
-        lines.append("\n![snapshot](img/bench_scale_snapshot.png)\n")
+        lines.append(f"\n![snapshot](img/bench_{name}_snapshot.png)\n")
     return "\n".join(lines)
 
 
@@ -246,8 +246,10 @@ def docs(result: dict[str, Any]) -> str:
 @click.option("--counter-db", type=int, default=14, show_default=True)
 @click.option("--database-url", default=DEFAULT_ADMIN_URL, show_default=True)
 @click.option("--docs/--no-docs", "write_docs", default=True, show_default=True)
+@click.option("--name", default="scale", show_default=True,
+              help="Results file and docs section name.")
 def main(parts: str, sizes: str, drain_n: int, rate: float, minutes: float, redis_db: int,
-         counter_db: int, database_url: str, write_docs: bool) -> None:
+         counter_db: int, database_url: str, write_docs: bool, name: str) -> None:
     """Drain and pick-up vs waiting rows, and over time with a held snapshot, vs Redis."""
     cfg = Settings.build(True, producers=2, admin_url=database_url, redis_db=redis_db,
                          counter_db=counter_db)
@@ -259,10 +261,10 @@ def main(parts: str, sizes: str, drain_n: int, rate: float, minutes: float, redi
         if "snapshot" in parts:
             result["snapshot"] = part_snapshot(cfg, rate, minutes, progress)
     result["load_average_at_end"] = list(os.getloadavg())
-    console.print(f"results: {write_results('scale', result)}")
+    console.print(f"results: {write_results(name, result)}")
     if write_docs:
-        plots(result)
-        replace_section("scale", docs(result))
+        plots(result, name)
+        replace_section(name, docs(result, name))
 
 
 if __name__ == "__main__":
