@@ -12,11 +12,13 @@
 SELECT {now} AS now
 
 -- offer_insert --
--- Phase 1 of offer(): optimistic insert; 0 rows means the key exists.
+-- Phase 1 of offer(): optimistic insert; 0 rows means the key exists. The stored scheduledAt
+-- comes back so this process's low watermark can drop below it at once.
 INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt")
 VALUES (%(key)s, %(kind)s, %(payload)s,
         COALESCE(%(scheduled_at)s::bigint, {now}), COALESCE(%(scheduled_at)s::bigint, {now}), {now})
 ON CONFLICT ("pKey", "pKind") DO NOTHING
+RETURNING "scheduledAt"
 
 -- offer_select_for_update --
 -- Phase 2 of offer(): lock the existing row so the compare-and-swap below cannot lose an update.
@@ -37,6 +39,7 @@ SET "payload" = %(payload)s,
     "createdAt" = {now}
 WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
   AND "scheduledAtInitially" = %(expected_initially)s AND "createdAt" = %(expected_created)s
+RETURNING "scheduledAt"
 
 -- offer_batch_insert --
 -- offer_batch(): one multi-row insert from arrays (sent in binary: text-format arrays of bytea
@@ -49,23 +52,37 @@ FROM unnest(%(keys)b::text[], %(kinds)b::text[], %(payloads)b::bytea[], %(ats)b:
      AS s(key, kind, payload, at)
 WHERE %(min_lead_ms)s::bigint IS NULL OR COALESCE(s.at, {now}) > {now} + %(min_lead_ms)s::bigint
 ON CONFLICT ("pKey", "pKind") DO NOTHING
-RETURNING "pKey", "pKind"
+RETURNING "pKey", "pKind", "scheduledAt"
 
 -- try_poll_many --
 -- Acquire up to `limit` due rows in one statement. Kinds are tried in the order given
 -- (priority buckets); the outer LIMIT stops the lateral scan as soon as enough rows are locked.
 -- The lease is the new scheduledAt; previous_at tells a redelivery from a first delivery.
 -- A last row (id NULL) carries the earliest scheduledAt left over these kinds (leases included),
--- so a consumer learns when to wake next without a second round trip. The update finds its rows
--- by `id = ANY(array)`, an index lookup whatever LIMIT is estimated at: the consumer pool runs
--- generic plans, and a join on `picked` there became a sequential scan on larger tables.
-WITH picked AS (
+-- so a consumer learns when to wake next without a second round trip, and the statement's now.
+-- `want_next` false skips that search: above now it walks every lease of the last
+-- acquire_timeout, acked ones included, which a held snapshot keeps alive (the watermark then
+-- asks only now and then and keeps what NOTIFYs announce in between).
+-- `lows` (one per kind, NULL = from the bottom) is the consumer's low watermark: no live due row
+-- is known below it, so the scan starts there, above the dead index entries that every acquire
+-- and ack leave at the low end of (pKind, scheduledAt) and that a held snapshot keeps alive
+-- (docs/scale.md). A watermark above now (a clock stepped back) is ignored.
+-- The update finds its rows by `id = ANY(array)`, an index lookup whatever LIMIT is estimated
+-- at: the consumer pool runs generic plans, and a join on `picked` there became a sequential
+-- scan on larger tables.
+WITH n AS (SELECT {now} AS now),
+k AS (
+    SELECT u.kind, u.ord,
+           CASE WHEN u.low <= n.now THEN u.low ELSE -9223372036854775808 END AS low
+    FROM unnest(%(kinds)s::text[], %(lows)s::bigint[]) WITH ORDINALITY AS u(kind, low, ord), n
+),
+picked AS (
     SELECT q.id, q."scheduledAt" AS previous_at, k.ord
-    FROM unnest(%(kinds)s::text[]) WITH ORDINALITY AS k(kind, ord)
+    FROM k CROSS JOIN n
     CROSS JOIN LATERAL (
         SELECT "id", "scheduledAt"
         FROM {table}
-        WHERE "pKind" = k.kind AND "scheduledAt" <= {now}
+        WHERE "pKind" = k.kind AND "scheduledAt" >= k.low AND "scheduledAt" <= n.now
         ORDER BY "scheduledAt"
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -79,18 +96,18 @@ acquired AS (
     RETURNING t."id", t."pKey", t."pKind", t."payload", t."scheduledAtInitially", t."createdAt"
 )
 SELECT a."id", a."pKey", a."pKind", a."payload", p.previous_at, a."scheduledAtInitially",
-       a."createdAt", p.ord, NULL::bigint AS next_due
+       a."createdAt", p.ord, NULL::bigint AS next_due, NULL::bigint AS polled_at
 FROM acquired AS a JOIN picked AS p ON p.id = a."id"
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, CASE WHEN %(want_next)s THEN (
     SELECT min(x.at)
-    FROM unnest(%(kinds)s::text[]) AS k(kind)
+    FROM k
     CROSS JOIN LATERAL (
         SELECT "scheduledAt" AS at FROM {table}
-        WHERE "pKind" = k.kind AND "id" NOT IN (SELECT id FROM picked)
+        WHERE "pKind" = k.kind AND "scheduledAt" >= k.low AND "id" NOT IN (SELECT id FROM picked)
         ORDER BY "scheduledAt" LIMIT 1
     ) AS x
-)
+) END, (SELECT now FROM n)
 
 -- ack --
 -- Delete one delivery; a row re-acquired or replaced since then carries another lock and stays.
@@ -113,12 +130,13 @@ WHERE "lockUuid" = ANY(%(locks)s::text[])
 
 -- release --
 -- Un-acquire deliveries in place (reject/requeue, closing channel): no copy is made. The row
--- becomes due after `delay_ms` and reads as a redelivery.
+-- becomes due after `delay_ms` and reads as a redelivery; where it went comes back (watermark).
 UPDATE {table} AS t
 SET "lockUuid" = NULL,
     "scheduledAt" = GREATEST({now} + %(delay_ms)s::bigint, t."scheduledAtInitially" + 1)
 FROM unnest(%(ids)s::bigint[], %(locks)s::text[]) AS a(id, lock)
 WHERE t."id" = a.id AND t."lockUuid" = a.lock
+RETURNING t."pKind", t."scheduledAt"
 
 -- get --
 -- Read one row by key.
@@ -315,6 +333,18 @@ DROP TRIGGER IF EXISTS {update_trigger} ON {table};
 CREATE TRIGGER {update_trigger} AFTER UPDATE ON {table}
     FOR EACH ROW WHEN (NEW."lockUuid" IS NULL)
     EXECUTE FUNCTION {notify_fn}({channel_literal})
+
+-- queue_autovacuum --
+-- Migration 4: vacuum and analyze the queue table after ~1% of its rows changed (1,000 at
+-- least), not the default 20%: a queue churns a small due region on top of a large far-future
+-- backlog, and its dead index entries are what each poll has to walk (docs/scale.md). Also
+-- analyzes a freshly bulk-loaded table soon. SHARE UPDATE EXCLUSIVE: it waits neither for DML
+-- nor for pg_dump's ACCESS SHARE, so it applies to a live table.
+ALTER TABLE {table} SET (
+    autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_vacuum_insert_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.01, autovacuum_analyze_threshold = 1000
+)
 
 -- listen --
 -- Subscribe a connection to this table's wake-ups.

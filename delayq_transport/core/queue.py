@@ -22,6 +22,7 @@ from .queries import Queries
 from .schema import ensure_schema as ensure_current_schema
 from .timeutil import duration_ms, from_ms, to_ms
 from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
+from .watermark import DEFAULT_FULL_RESCAN_INTERVAL_S, LowWatermarks
 
 MAX_KEY_CHARS = 200
 MAX_KIND_CHARS = 100
@@ -94,6 +95,8 @@ class DelayedQueue:
         ensure_schema: bool = True,
         pool_max_size: int = 8,
         relaxed_consumer_commits: bool = False,
+        low_watermark: bool = False,
+        full_rescan_interval: float = DEFAULT_FULL_RESCAN_INTERVAL_S,
     ) -> None:
         self.kind = validate_kind(kind)
         self.queries = Queries(table)
@@ -105,6 +108,11 @@ class DelayedQueue:
         #: Acquire/ack/lease/release commit without waiting for the WAL flush: a server crash
         #: can then only cause redeliveries (at-least-once). Publishing is chosen per offer.
         self.relaxed = relaxed_consumer_commits
+        #: Per-kind scan floors of this consumer (core/watermark.py), shared by ``with_kind``
+        #: clones. Off by default: rows offered in the past by *another* process are then only
+        #: found once a NOTIFY lowers the floor (the transport forwards them) or a full rescan
+        #: runs, so it is for consumers that listen.
+        self.watermarks = LowWatermarks(full_rescan_interval) if low_watermark else None
         self._owns_db = isinstance(database, str)
         self.db = (
             Database(database, max_size=pool_max_size) if isinstance(database, str) else database
@@ -201,7 +209,8 @@ class DelayedQueue:
         q = self.queries
         for _ in range(MAX_CAS_ATTEMPTS):
             too_close = lead_ms is not None and self._too_close(conn, params, lead_ms)
-            if not too_close and conn.execute(q["offer_insert"], params).rowcount == 1:
+            if not too_close and (row := conn.execute(q["offer_insert"], params).fetchone()):
+                self._lower(params["kind"], row[0])
                 return OfferOutcome.CREATED
             if not can_update:
                 return OfferOutcome.IGNORED
@@ -223,7 +232,8 @@ class DelayedQueue:
                     expected_initially=existing.scheduled_at_initially_ms,
                     expected_created=existing.created_at_ms,
                 )
-                if conn.execute(q["offer_cas_update"], cas).rowcount == 1:
+                if row := conn.execute(q["offer_cas_update"], cas).fetchone():
+                    self._lower(params["kind"], row[0])
                     return OfferOutcome.UPDATED
         raise DatabaseError(f"offer({params['key']!r}) lost {MAX_CAS_ATTEMPTS} compare-and-swaps")
 
@@ -266,7 +276,10 @@ class DelayedQueue:
         )
         params = {"keys": keys, "kinds": kinds, "payloads": payloads, "ats": ats,
                   "now": self._now_ms(), "min_lead_ms": lead_ms}
-        created = {row[0] for row in self.db.fetchall(self.queries["offer_batch_insert"], params)}
+        rows = self.db.fetchall(self.queries["offer_batch_insert"], params)
+        if rows and self.watermarks is not None:
+            self._lower(rows[0][1], min(r[2] for r in rows))  # one kind per DelayedQueue
+        created = {row[0] for row in rows}
         outcomes: list[OfferOutcome] = []
         for p in chunk:
             if p["key"] in created:
@@ -303,19 +316,38 @@ class DelayedQueue:
 
     def poll(self, n: int, kinds: Sequence[str] | None = None) -> tuple[list[Envelope], int | None]:
         """``try_poll_many`` plus, from the same statement, the earliest ``scheduledAt`` (epoch
-        ms, leases included) of the rows left: when a consumer should look again."""
+        ms, leases included) of the rows left: when a consumer should look again. With
+        ``low_watermark`` it is searched only now and then, and the time reported in between
+        is the last one found lowered by every announcement since (see ``core/watermark.py``)."""
         lock = str(uuid.uuid4())
+        kinds = self._kinds(kinds)
+        marks = self.watermarks
+        ticket = None if marks is None else marks.begin(kinds)
         params = {
-            "kinds": self._kinds(kinds),
+            "kinds": kinds,
+            "lows": [None] * len(kinds) if ticket is None else ticket.lows,
+            "want_next": ticket is None or ticket.want_next,
             "limit": n,
             "lock": lock,
             "lease_ms": self.lease_ms,
             "now": self._now_ms(),
         }
-        rows = self.db.fetchall(self.queries["try_poll_many"], params, relaxed=self.relaxed)
-        # One row of the statement carries no message, only the next due time.
-        next_due = next((r[8] for r in rows if r[0] is None), None)
+        try:
+            rows = self.db.fetchall(self.queries["try_poll_many"], params, relaxed=self.relaxed)
+        except BaseException:
+            if ticket is not None:
+                marks.abort(ticket)  # type: ignore[union-attr]
+            raise
+        # One row of the statement carries no message, only the next due time and its now.
+        last = next((r for r in rows if r[0] is None), None)
+        next_due = None if last is None else last[8]
         rows = [r for r in rows if r[0] is not None]
+        if ticket is not None:
+            taken_max: dict[str, int] = {}
+            for r in rows:
+                taken_max[r[2]] = max(taken_max.get(r[2], r[4]), r[4])
+            next_due = marks.finish(  # type: ignore[union-attr]
+                ticket, taken_max, n, len(rows), None if last is None else last[9], next_due)
         rows.sort(key=lambda r: (r[7], r[4], r[0]))
         ack = self.ack
         envelopes = [
@@ -358,7 +390,26 @@ class DelayedQueue:
             return 0
         params = {"ids": ids, "locks": locks, "delay_ms": duration_ms(delay, what="delay"),
                   "now": self._now_ms()}
-        return self.db.execute(self.queries["release"], params, relaxed=self.relaxed)
+        rows = self.db.fetchall(self.queries["release"], params, relaxed=self.relaxed)
+        for kind, at in rows:
+            self._lower(kind, at)
+        return len(rows)
+
+    # -- low watermark ----------------------------------------------------------------
+
+    def _lower(self, kind: str, at_ms: int) -> None:
+        if self.watermarks is not None:
+            self.watermarks.lower(kind, at_ms)
+
+    def lower_watermark(self, kind: str, at_ms: int) -> None:
+        """A row of ``kind`` is due at ``at_ms`` (a NOTIFY said so): the next poll must not
+        start above it. No-op without ``low_watermark``."""
+        self._lower(kind, at_ms)
+
+    def reset_watermarks(self) -> None:
+        """Notifications may have been missed (LISTEN reconnected): scan from the bottom."""
+        if self.watermarks is not None:
+            self.watermarks.reset()
 
     @staticmethod
     def _pairs(deliveries: Iterable[Envelope | tuple[int, str]]) -> tuple[list[int], list[str]]:

@@ -111,11 +111,16 @@ def _create_bindings_table(conn: psycopg.Connection[Any], q: Queries) -> None:
         conn.execute(statement)
 
 
+def _queue_autovacuum(conn: psycopg.Connection[Any], q: Queries) -> None:
+    conn.execute(q["queue_autovacuum"])
+
+
 #: Applied in order; never edit a released migration, add a new one.
 MIGRATIONS: list[Migration] = [
     Migration(1, "delayed_queue table and the three indexes of internals.md", _create_queue_table),
     Migration(2, "NOTIFY wake-ups on insert and on release", _create_notify_triggers),
     Migration(3, "exchange bindings shared across processes", _create_bindings_table),
+    Migration(4, "per-table autovacuum settings for a churning queue", _queue_autovacuum),
     Migration(10, "delayq_beat: DB-backed entries and installed-entry ledger",
               create_periodic_tables),
 ]

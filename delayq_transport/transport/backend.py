@@ -11,6 +11,7 @@ from ..core.bindings import Bindings
 from ..core.db import Database
 from ..core.listen import Listener
 from ..core.queue import DelayedQueue
+from ..core.watermark import DEFAULT_FULL_RESCAN_INTERVAL_S
 from . import message as msg
 from .options import DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_POOL_SIZE
 
@@ -36,6 +37,11 @@ class Backend:
                 acquire_timeout=float(options.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT_S)),
                 ensure_schema=bool(options.get("ensure_schema", True)),
                 relaxed_consumer_commits=not options.get("durable_acks", False),
+                # Polls start at this consumer's low watermark (core/watermark.py, docs/scale.md);
+                # Wakeups feeds it every NOTIFY and resets it when LISTEN was lost.
+                low_watermark=bool(options.get("low_watermark", True)),
+                full_rescan_interval=float(options.get("full_rescan_interval",
+                                                       DEFAULT_FULL_RESCAN_INTERVAL_S)),
             )
         except BaseException:
             self.db.close()

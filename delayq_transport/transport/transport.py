@@ -44,6 +44,10 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
 * ``durable_acks``: commit acks, leases and releases with a WAL flush (default False). Off,
   they skip the flush wait, which unblocks the worker's event loop; a PostgreSQL crash can then
   only redeliver messages (at-least-once).
+* ``low_watermark``: start each poll above the rows this worker already took, below which
+  only dead index entries lie (default True; see docs/scale.md). NOTIFYs lower it.
+* ``full_rescan_interval``: a poll scans each queue from the bottom at least this often, the
+  safety net of the watermark (default 30).
 * ``database_url``: libpq URL to use instead of the broker URL (e.g. a Unix socket).
 * ``max_message_size``: bytes; larger messages are refused with a clear error (default 64 MiB).
 * ``binding_ttl``: a fanout queue whose consumer has not been seen for this long receives no

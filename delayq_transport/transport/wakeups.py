@@ -63,8 +63,10 @@ class Wakeups:
         listener.close()
 
     def reset(self) -> None:
-        """The connection broke: reconnect, and poll for what we missed."""
+        """The connection broke: reconnect, and poll for what we missed (from the bottom:
+        announcements that would have lowered the watermarks were lost too)."""
         self.close()
+        self.transport.backend.queue.reset_watermarks()
         self.transport._wake()
         if self.transport._consuming():
             try:
@@ -97,7 +99,9 @@ class Wakeups:
             return
         consumers = [(c, c.consumed_kinds()) for c in self.transport._consuming()]
         now_ms = time.time() * 1000
+        queue = self.transport.backend.queue
         for kind, at_ms in notes:
+            queue.lower_watermark(kind, at_ms)  # the next poll scans from below this row
             for channel, kinds in consumers:
                 if kind not in kinds:
                     continue

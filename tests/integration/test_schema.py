@@ -143,8 +143,9 @@ def test_try_poll_many_uses_the_kind_scheduled_index(database_url: str) -> None:
                  LATERAL (SELECT CASE WHEN i <= 5 THEN 1000 ELSE 9e15::bigint + i END AS t) AS s
         """)
         conn.execute("ANALYZE delayed_queue")
-        params = {"kinds": ["test", "other"], "limit": 100, "lock": "L", "lease_ms": 60_000,
-                  "now": None}
+        params = {"kinds": ["test", "other"], "lows": [None, None], "want_next": True,
+                  "limit": 100, "lock": "L",
+                  "lease_ms": 60_000, "now": None}
         row = conn.execute("EXPLAIN (FORMAT JSON) " + q["try_poll_many"], params).fetchone()
         nodes = list(plan_nodes(row[0][0]["Plan"]))
         on_queue = [(n["Node Type"], n.get("Index Name")) for n in nodes
@@ -195,8 +196,10 @@ def test_hot_path_generic_plans_use_their_index(database_url: str, statement: st
                                                 index: str) -> None:
     """The consumer/publish pool forces generic plans (no re-planning per call); each of its
     statements must still reach rows through an index on a large table, never a seq scan."""
-    params = {"kinds": ["test", "other"], "limit": 8, "lock": "L", "lease_ms": 60_000,
-              "now": None, "id": 5, "ids": [1, 2, 3], "locks": ["a", "b", "c"], "delay_ms": 0,
+    params = {"kinds": ["test", "other"], "lows": [None, 1000], "want_next": True, "limit": 8,
+              "lock": "L",
+              "lease_ms": 60_000, "now": None, "id": 5, "ids": [1, 2, 3], "locks": ["a", "b", "c"],
+              "delay_ms": 0,
               "key": "k5", "kind": "test", "payload": b"x", "scheduled_at": None,
               "expected_initially": 0, "expected_created": 0}
     with psycopg.connect(database_url, autocommit=True) as conn:

@@ -1,0 +1,183 @@
+"""Hours of churn and held snapshots at the core level (issue 10, parts 2 and 3).
+
+Scenarios (``--scenario``):
+
+- ``churn``: a fixed load (``--rate`` rows/s offered due now, polled and acked by two consumer
+  threads as the transport does) with ``--far-rows`` far-future rows in the table, for
+  ``--minutes``; rate, pick-up p99, table and index size and dead tuples sampled over time.
+  The issue's one-hour run: ``flock /tmp/delayq-bench.lock python bench/bench_churn.py
+  --scenario churn --minutes 60``. ``--short`` is the mode the test suite runs.
+- ``snapshot``: the same load with a REPEATABLE READ snapshot held from the 5th second on, once
+  per consumer variant: ``watermark`` (delayq), ``no_watermark`` (the poll before issue 10)
+  and ``hot_acquire`` (the alternative: an acquire that writes no indexed column).
+
+Writes ``bench/results/churn_<scenario>.json``, ``docs/img/bench_churn_<scenario>.png`` and the
+``churn_<scenario>`` section of ``docs/benchmarks.md`` (``--no-docs`` skips both).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402
+    DEFAULT_ADMIN_URL,
+    IMG_DIR,
+    checkpoint,
+    console,
+    fresh_database,
+    git_revision,
+    machine_info,
+    markdown_table,
+    progress_bar,
+    replace_section,
+    write_results,
+)
+from _steady import VARIANTS, SteadyConfig, SteadyRun, prepare, summarize  # noqa: E402
+
+MB = 1024 * 1024
+SNAPSHOT_AT_S = 5.0
+
+
+def run_one(admin_url: str, cfg_kw: dict[str, Any], progress: Any = None) -> dict[str, Any]:
+    """One steady run on a fresh database; returns its config, load time and samples."""
+    checkpoint(admin_url)
+    with fresh_database(admin_url, prefix="delayq_bench10_churn") as url:
+        cfg = SteadyConfig(url=url, **cfg_kw)
+        load_s = prepare(cfg)
+        bar = None
+        if progress is not None:
+            bar = progress.add_task(f"{cfg.variant}", total=cfg.seconds, rate="", unit="s")
+
+        def on_sample(s: dict[str, Any]) -> None:
+            if progress is not None and bar is not None:
+                progress.update(bar, completed=s["t_s"],
+                                rate=f"{s['rate_per_s']:>6.0f}/s p99 {s['pickup_p99_ms']} ms "
+                                     f"dead {s['dead_tuples']:,}")
+
+        samples = SteadyRun(cfg).run(on_sample)
+    return {"variant": cfg.variant, "load_far_rows_s": round(load_s, 1), "samples": samples,
+            "config": {k: v for k, v in cfg_kw.items() if k != "payload"}}
+
+
+def plot(runs: list[dict[str, Any]], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("rate_per_s", "executed / s"), ("pickup_p99_ms", "pick-up p99 (ms)"),
+              ("poll_p50_ms", "poll p50 (ms)"), ("size_mb", "table + indexes (MB)"),
+              ("dead_tuples", "dead tuples")]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.1 * len(panels)), sharex=True)
+    for run in runs:
+        xs = [s["t_s"] / 60 for s in run["samples"]]
+        for ax, (key, label) in zip(axes, panels, strict=True):
+            if key == "size_mb":
+                ys = [(s["table_bytes"] + s["index_bytes"]) / MB for s in run["samples"]]
+            else:
+                ys = [s.get(key) or 0 for s in run["samples"]]
+            ax.plot(xs, ys, label=run["variant"])
+            ax.set_ylabel(label, fontsize=8)
+            ax.grid(alpha=0.3)
+    axes[0].set_title(title, fontsize=9)
+    axes[0].legend(fontsize=8)
+    if any(k == "pickup_p99_ms" for k, _ in panels):
+        axes[1].set_yscale("log")
+        axes[2].set_yscale("log")
+    axes[-1].set_xlabel("minutes")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def table(runs: list[dict[str, Any]], window_s: float) -> str:
+    rows = []
+    for run in runs:
+        s = summarize(run["samples"], window_s, window_s)
+        rows.append([run["variant"], f"{s['rate_per_s']['first']} → {s['rate_per_s']['last']}",
+                     f"{s['pickup_p99_ms']['first']} → {s['pickup_p99_ms']['last']} "
+                     f"({s['pickup_p99_ms']['ratio']}x)",
+                     f"{s['poll_p99_ms']['first']} → {s['poll_p99_ms']['last']} "
+                     f"({s['poll_p99_ms']['ratio']}x)",
+                     f"{(s['max_table_bytes'] + s['max_index_bytes']) / MB:,.0f}",
+                     f"{s['max_dead_tuples']:,}"])
+    return markdown_table(["variant", "rate/s first → last", "pick-up p99 ms first → last",
+                           "poll p99 ms first → last", "max MB (table+idx)", "max dead tuples"],
+                          rows, "lrrrrr")
+
+
+@click.command()
+@click.option("--scenario", type=click.Choice(["churn", "snapshot"]), default="churn",
+              show_default=True)
+@click.option("--minutes", type=float, default=None,
+              help="Length of each run (default: churn 60, snapshot 3).")
+@click.option("--rate", type=float, default=300.0, show_default=True, help="Rows offered / s.")
+@click.option("--far-rows", type=int, default=None,
+              help="Far-future rows loaded first (default: churn 1M, snapshot 100k).")
+@click.option("--variants", default=",".join(VARIANTS), show_default=True,
+              help="snapshot scenario: consumers compared.")
+@click.option("--short", is_flag=True, help="The test suite's mode: 30 s, 100k far rows.")
+@click.option("--docs/--no-docs", default=True, show_default=True)
+@click.option("--database-url", default=DEFAULT_ADMIN_URL, show_default=True)
+def main(scenario: str, minutes: float | None, rate: float, far_rows: int | None, variants: str,
+         short: bool, docs: bool, database_url: str) -> None:
+    """Core-level steady load: churn over time, or held-snapshot variants compared."""
+    if short:
+        minutes, far_rows = minutes or 0.5, 100_000 if far_rows is None else far_rows
+    minutes = minutes or (60.0 if scenario == "churn" else 3.0)
+    far_rows = far_rows if far_rows is not None else (
+        1_000_000 if scenario == "churn" else 100_000)
+    seconds = minutes * 60
+    sample_s = max(5.0, min(30.0, seconds / 40))
+    base = {"seconds": seconds, "rate": rate, "far_rows": far_rows, "sample_s": sample_s}
+    plan = ([{**base, "variant": "watermark"}] if scenario == "churn" else
+            [{**base, "variant": v, "snapshot_at_s": SNAPSHOT_AT_S} for v in variants.split(",")])
+    info = machine_info(database_url)
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:  # sizes can only stay bounded if it is on
+        row = conn.execute("SHOW autovacuum").fetchone()
+        info["autovacuum"] = str(row[0]) if row else "?"
+    with progress_bar() as progress:
+        runs = [run_one(database_url, kw, progress) for kw in plan]
+    name = f"churn_{scenario}"
+    info["load_average_at_end"] = list(os.getloadavg())
+    window = min(600.0, seconds / 3)
+    result = {"scenario": scenario, "revision": git_revision(), "machine": info, "runs": runs,
+              "summary": {r["variant"]: summarize(r["samples"], window, window) for r in runs}}
+    if short:
+        console.print(table(runs, window))
+        if not docs:
+            import json
+
+            print(json.dumps(result["summary"]))
+            return
+    path = write_results(name, result)
+    console.print(f"results: {path}")
+    console.print(table(runs, window))
+    if docs:
+        what = ("one snapshot held from 5 s on" if scenario == "snapshot" else "no snapshot")
+        img = plot(runs, IMG_DIR / f"bench_{name}.png",
+                   f"{rate:.0f} rows/s, {far_rows:,} far-future rows, {what}")
+        body = (f"## Core steady load: {scenario}\n\n`python bench/bench_churn.py --scenario "
+                f"{scenario} --minutes {minutes:g}` at revision {result['revision']}, "
+                f"{rate:.0f} rows/s offered, {far_rows:,} far-future rows, {what}; load average "
+                f"{info['load_average_at_start'][0]:.1f} at start, "
+                f"{info['load_average_at_end'][0]:.1f} at end (2 cores shared with other "
+                f"runs); server `autovacuum = {info['autovacuum']}`. "
+                f"First vs last {window / 60:g} minutes (medians of {sample_s:g} s "
+                f"windows):\n\n{table(runs, window)}\n\n![{name}](img/{img.name})\n")
+        replace_section(name, body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""Celery at scale (issue 10, part 7): delayq with millions of waiting rows and with a held
+snapshot, next to the same Celery workload on Redis (no MVCC: the reference line).
+
+Parts (``--parts``):
+
+- ``sizes``: far-future rows (one month ahead, in the consumed queue itself) are topped up to
+  each of ``--sizes`` with generate_series; at each size, ``--drain`` no-op tasks are queued,
+  then one worker (``-P prefork -c 2``, as bench_celery) drains them (rate), then a short
+  steady run measures pick-up latency. Redis runs the same drain and latency once.
+- ``snapshot``: a steady ``--rate`` tasks/s of ``bench.lag`` for ``--minutes``; pick-up p50/p99
+  and executed count per 10 s window, for delayq without and with a REPEATABLE READ snapshot
+  held the whole time, and for Redis.
+
+Writes ``bench/results/scale.json``, ``docs/img/bench_scale_*.png`` and the ``scale`` section of
+``docs/benchmarks.md``. Hold the bench lock: ``flock /tmp/delayq-bench.lock python
+bench/bench_scale.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402
+    DEFAULT_ADMIN_URL,
+    IMG_DIR,
+    checkpoint,
+    console,
+    fresh_database,
+    git_revision,
+    machine_info,
+    markdown_table,
+    progress_bar,
+    replace_section,
+    write_results,
+)
+from _steady import hold_snapshot, load_far_rows  # noqa: E402
+from bench_celery import (  # noqa: E402
+    BrokerRun,
+    Producers,
+    Settings,
+    _base_env,
+    _counter,
+    _llen,
+    _publish_paced,
+    _wait_count,
+    broker_state,
+    phase_drain,
+    phase_latency,
+    running_worker,
+)
+
+from delayq_transport import DelayedQueue  # noqa: E402
+
+WINDOW_S = 10.0
+
+
+def _delayq_run(db_url: str, cfg: Settings, queue: str, name: str = "delayq") -> BrokerRun:
+    """A BrokerRun on our own database; ``name`` keys its Redis counters (one per size)."""
+    url = "delayq+postgresql://" + db_url.split("://", 1)[1]
+    env = _base_env(cfg, queue, url, {}, acks_late=False)
+    return BrokerRun(name, env, db_url)
+
+
+def part_sizes(cfg: Settings, sizes: list[int], progress: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"delayq": [], "redis": None}
+    queue = f"bench_scale_{cfg.run_id}"
+    with fresh_database(cfg.admin_url, prefix="delayq_bench10_scale") as db_url:
+        DelayedQueue(db_url, kind=queue).close()  # schema
+        loaded = 0
+        for size in sizes:
+            load_s = load_far_rows(db_url, queue, size - loaded, first=loaded)
+            loaded = size
+            checkpoint(cfg.admin_url)
+            run = _delayq_run(db_url, cfg, queue, f"delayq_{size}")
+            drain = phase_drain(run, cfg, progress)
+            latency = phase_latency(run, cfg, progress)
+            out["delayq"].append({"far_rows": size, "load_s": round(load_s, 1),
+                                  "drain": drain, "latency": _strip(latency)})
+            console.print(f"delayq {size:,}: {drain.get('tasks_per_s')} tasks/s, "
+                          f"p99 {latency['immediate'].get('p99_ms')} ms")
+    checkpoint(cfg.admin_url)
+    with broker_state("redis", "scale", cfg) as run:
+        out["redis"] = {"drain": phase_drain(run, cfg, progress),
+                        "latency": _strip(phase_latency(run, cfg, progress))}
+    return out
+
+
+def _strip(latency: dict[str, Any]) -> dict[str, Any]:
+    return {k: ({kk: vv for kk, vv in v.items() if kk != "samples_ms"} if isinstance(v, dict)
+                else v) for k, v in latency.items()}
+
+
+def steady(run: BrokerRun, cfg: Settings, rate: float, seconds: float, progress: Any
+           ) -> list[dict[str, Any]]:
+    """``rate`` lag tasks/s for ``seconds``; per window: executed count, pick-up p50/p99."""
+    base = f"bench_scale:{cfg.run_id}:{run.name}:{uuid.uuid4().hex[:6]}"
+    n = int(rate * seconds)
+    plan = [(i / rate, f"{base}:{int(i / rate // WINDOW_S)}", 0.0) for i in range(n)]
+    windows = int(seconds // WINDOW_S) + 1
+    keys = [f"{base}:{w}" for w in range(windows)]
+    with running_worker(run.env, f"steady-{run.name}", cfg), Producers(run.env, 1) as producers:
+        bar = progress.add_task(f"{run.name}: steady {rate:.0f}/s", total=n, rate="",
+                                unit="tasks")
+        producers.submit(_publish_paced, [plan])
+        _wait_count(cfg, "", n, seconds + 120, progress, bar,
+                    lambda c, _k: sum(_llen(c, k) for k in keys))
+        if producers.errors:
+            raise producers.errors[0]
+    client = _counter(cfg)
+    rows = []
+    for w, key in enumerate(keys):
+        lags = sorted(float(v) * 1000 for v in client.lrange(key, 0, -1))
+        client.delete(key)
+        if len(lags) < 2:
+            continue
+        q = statistics.quantiles(lags, n=100, method="inclusive")
+        rows.append({"t_s": w * WINDOW_S, "n": len(lags), "p50_ms": round(q[49], 2),
+                     "p99_ms": round(q[98], 2)})
+    return rows
+
+
+def part_snapshot(cfg: Settings, rate: float, minutes: float, progress: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    seconds = minutes * 60
+    for name, held in (("delayq", False), ("delayq_snapshot", True)):
+        checkpoint(cfg.admin_url)
+        with fresh_database(cfg.admin_url, prefix="delayq_bench10_snap") as db_url:
+            queue = f"bench_snap_{cfg.run_id}"
+            DelayedQueue(db_url, kind=queue).close()
+            run = _delayq_run(db_url, cfg, queue, name)
+            snap = hold_snapshot(db_url, "delayed_queue") if held else None
+            try:
+                out[name] = steady(run, cfg, rate, seconds, progress)
+            finally:
+                if snap is not None:
+                    snap.close()
+    checkpoint(cfg.admin_url)
+    with broker_state("redis", "snap", cfg) as run:
+        out["redis"] = steady(run, cfg, rate, seconds, progress)
+    return out
+
+
+def plots(result: dict[str, Any], name: str = "scale") -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    sizes = result.get("sizes")
+    if sizes:
+        xs = [r["far_rows"] for r in sizes["delayq"]]
+        fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+        a.plot(xs, [r["drain"].get("seconds") for r in sizes["delayq"]], "o-", label="delayq")
+        a.axhline(sizes["redis"]["drain"].get("seconds", 0), ls="--", c="k", label="redis")
+        a.set_xscale("log")
+        a.set_xlabel("far-future rows in the queue")
+        a.set_ylabel(f"drain {sizes['delayq'][0]['drain'].get('tasks')} no-ops (s)")
+        b.plot(xs, [r["latency"]["immediate"].get("p99_ms") for r in sizes["delayq"]], "o-",
+               label="delayq p99")
+        b.axhline(sizes["redis"]["latency"]["immediate"].get("p99_ms", 0), ls="--", c="k",
+                  label="redis p99")
+        b.set_xscale("log")
+        b.set_xlabel("far-future rows in the queue")
+        b.set_ylabel("pick-up p99 (ms)")
+        for ax in (a, b):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        paths.append(IMG_DIR / f"bench_{name}_sizes.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    snap = result.get("snapshot")
+    if snap:
+        fig, (a, b) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+        for name, rows in snap.items():
+            ts = [r["t_s"] / 60 for r in rows]
+            a.plot(ts, [r["n"] / WINDOW_S for r in rows], label=name)
+            b.plot(ts, [r["p99_ms"] for r in rows], label=name)
+        a.set_ylabel("executed / s")
+        b.set_ylabel("pick-up p99 (ms)")
+        b.set_yscale("log")
+        b.set_xlabel("minutes (snapshot held from 0 in delayq_snapshot)")
+        for ax in (a, b):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        paths.append(IMG_DIR / f"bench_{name}_snapshot.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+def docs(result: dict[str, Any], name: str = "scale") -> str:
+    lines = [f"## Celery at scale (issue 10)\n\n`python bench/bench_scale.py` at revision "
+             f"{result['revision']}; worker `-P prefork -c 2`, prefetch 4 (bench_celery's); "
+             f"load average {result['machine']['load_average_at_start'][0]:.1f} at start, "
+             f"{result['load_average_at_end'][0]:.1f} at end (2 cores shared with other "
+             "runs: read ratios, not absolute rates).\n"]
+    sizes = result.get("sizes")
+    if sizes:
+        base = sizes["delayq"][0]["drain"].get("seconds") or 0
+        rows = [[f"{r['far_rows']:,}", r["drain"].get("seconds"), r["drain"].get("tasks_per_s"),
+                 f"{(r['drain'].get('seconds') or 0) / base:.2f}x" if base else "-",
+                 r["latency"]["immediate"].get("p99_ms")] for r in sizes["delayq"]]
+        rd = sizes["redis"]
+        rows.append(["redis (reference)", rd["drain"].get("seconds"),
+                     rd["drain"].get("tasks_per_s"), "-", rd["latency"]["immediate"].get("p99_ms")])
+        lines.append(markdown_table(["far-future rows", "drain s", "tasks/s", "vs smallest",
+                                     "pick-up p99 ms"], rows, "lrrrr"))
+        lines.append(f"\n![sizes](img/bench_{name}_sizes.png)\n")
+    snap = result.get("snapshot")
+    if snap:
+        rows = []
+        for name, ws in snap.items():
+            third = max(1, len(ws) // 3)
+            head, tail = ws[:third], ws[-third:]
+            rows.append([name, sum(w["n"] for w in ws),
+                         round(statistics.median(w["p99_ms"] for w in head), 2),
+                         round(statistics.median(w["p99_ms"] for w in tail), 2),
+                         max(w["p99_ms"] for w in ws)])
+        lines.append(markdown_table(["run", "tasks", "p99 ms first third", "p99 ms last third",
+                                     "worst window p99 ms"], rows, "lrrrr"))
+        lines.append(f"\n![snapshot](img/bench_{name}_snapshot.png)\n")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--parts", default="sizes,snapshot", show_default=True)
+@click.option("--sizes", default="10000,1000000,5000000,10000000", show_default=True)
+@click.option("--drain", "drain_n", type=int, default=5000, show_default=True)
+@click.option("--rate", type=float, default=150.0, show_default=True)
+@click.option("--minutes", type=float, default=10.0, show_default=True,
+              help="Length of each steady run of the snapshot part.")
+@click.option("--redis-db", type=int, default=13, show_default=True)
+@click.option("--counter-db", type=int, default=14, show_default=True)
+@click.option("--database-url", default=DEFAULT_ADMIN_URL, show_default=True)
+@click.option("--docs/--no-docs", "write_docs", default=True, show_default=True)
+@click.option("--name", default="scale", show_default=True,
+              help="Results file and docs section name.")
+def main(parts: str, sizes: str, drain_n: int, rate: float, minutes: float, redis_db: int,
+         counter_db: int, database_url: str, write_docs: bool, name: str) -> None:
+    """Drain and pick-up vs waiting rows, and over time with a held snapshot, vs Redis."""
+    cfg = Settings.build(True, producers=2, admin_url=database_url, redis_db=redis_db,
+                         counter_db=counter_db)
+    cfg = dataclasses.replace(cfg, throughput_n=drain_n)
+    result: dict[str, Any] = {"revision": git_revision(), "machine": machine_info(database_url)}
+    with progress_bar() as progress:
+        if "sizes" in parts:
+            result["sizes"] = part_sizes(cfg, [int(s) for s in sizes.split(",")], progress)
+        if "snapshot" in parts:
+            result["snapshot"] = part_snapshot(cfg, rate, minutes, progress)
+    result["load_average_at_end"] = list(os.getloadavg())
+    console.print(f"results: {write_results(name, result)}")
+    if write_docs:
+        plots(result, name)
+        replace_section(name, docs(result, name))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""The consumer's low watermark (core/watermark.py): the poll starts above the rows it already
+took, and every way a live due row can end up below that floor brings it back: a NOTIFY, this
+process's own writes, a full rescan, a reset, a clock stepped back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+from _workers import WAIT_S
+
+from delayq_transport import DelayedQueue
+from delayq_transport.core.queries import Queries
+from delayq_transport.core.watermark import LowWatermarks
+
+RESCAN_S = 3600.0
+
+
+class Ticker:
+    """An injected monotonic clock for the rescan interval (no sleeps)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def ticker() -> Ticker:
+    return Ticker()
+
+
+@pytest.fixture
+def wq(database_url: str, ticker: Ticker) -> Iterator[DelayedQueue]:
+    """A consumer with a watermark whose full rescan only runs when the test advances time."""
+    with DelayedQueue(database_url, kind="test", low_watermark=True) as q:
+        assert q.watermarks is not None
+        q.watermarks = LowWatermarks(RESCAN_S, monotonic=ticker)
+        yield q
+
+
+@pytest.fixture
+def other(database_url: str) -> Iterator[DelayedQueue]:
+    """Another process's queue on the same table (no watermark)."""
+    with DelayedQueue(database_url, kind="test") as q:
+        yield q
+
+
+def floor(q: DelayedQueue) -> int | None:
+    assert q.watermarks is not None
+    return q.watermarks.low("test")
+
+
+def test_floor_after_a_full_batch_is_the_last_row_taken(wq: DelayedQueue,
+                                                        other: DelayedQueue) -> None:
+    now = other.now()
+    for i, s in enumerate((30, 20, 10)):
+        other.offer(f"k{i}", b"", now - timedelta(seconds=s))
+    first = wq.try_poll_many(2)
+    assert [e.key for e in first] == ["k0", "k1"]
+    assert floor(wq) == int((now - timedelta(seconds=20)).timestamp() * 1000)
+    assert [e.key for e in wq.try_poll_many(2)] == ["k2"]
+    low = floor(wq)
+    assert low is not None and low >= int(now.timestamp() * 1000), "drained: floor = poll's now"
+
+
+def test_a_row_below_the_floor_waits_for_a_notify(database_url: str, wq: DelayedQueue,
+                                                  other: DelayedQueue) -> None:
+    """Another process offers a row due in the past (an ETA already passed): the floor hides
+    it until the insert trigger's NOTIFY payload lowers the floor, as the transport does."""
+    assert wq.try_poll() is None  # floor = now
+    listen = psycopg.connect(database_url, autocommit=True)
+    listen.execute(Queries("delayed_queue")["listen"])
+    other.offer("late", b"", other.now() - timedelta(seconds=60))
+    assert wq.try_poll() is None, "the floor is in effect"
+    note = next(listen.notifies(timeout=WAIT_S))
+    listen.close()
+    kind, _, at = note.payload.rpartition(":")
+    wq.lower_watermark(kind, int(at))
+    got = wq.try_poll()
+    assert got is not None and got.key == "late"
+
+
+def test_full_rescan_finds_what_no_one_announced(wq: DelayedQueue, other: DelayedQueue,
+                                                 ticker: Ticker) -> None:
+    assert wq.try_poll() is None
+    other.offer("late", b"", other.now() - timedelta(seconds=60))
+    assert wq.try_poll() is None
+    ticker.t += RESCAN_S
+    got = wq.try_poll()
+    assert got is not None and got.key == "late"
+
+
+def test_own_offers_lower_the_floor(wq: DelayedQueue) -> None:
+    assert wq.try_poll() is None
+    wq.offer("past", b"", wq.now() - timedelta(seconds=60))
+    got = wq.try_poll()
+    assert got is not None and got.key == "past"
+    assert wq.try_poll() is None
+    wq.offer_batch([("b1", b"", wq.now() - timedelta(seconds=90))])
+    got = wq.try_poll()
+    assert got is not None and got.key == "b1"
+
+
+@pytest.mark.parametrize("locker", ["poll", "ack"])
+def test_rows_a_rolled_back_locker_kept_come_back_by_rescan(
+    database_url: str, wq: DelayedQueue, other: DelayedQueue, ticker: Ticker, locker: str
+) -> None:
+    """The poll skips a row another transaction locked (a concurrent poll, or an ack of an
+    expired lease) and moves its floor above it; that transaction rolls back, silently. The
+    periodic full rescan is what finds the row again."""
+    other.offer("r", b"", other.now() - timedelta(seconds=60))
+    with psycopg.connect(database_url) as conn:
+        if locker == "poll":
+            conn.execute('SELECT 1 FROM delayed_queue WHERE "pKey" = %s FOR UPDATE', ["r"])
+        else:
+            conn.execute('DELETE FROM delayed_queue WHERE "pKey" = %s', ["r"])
+        assert wq.try_poll() is None  # skipped (locked); nothing else due: floor = now
+        conn.rollback()
+    assert wq.try_poll() is None, "below the floor"
+    ticker.t += RESCAN_S
+    got = wq.try_poll()
+    assert got is not None and got.key == "r"
+
+
+def test_reset_scans_from_the_bottom(wq: DelayedQueue, other: DelayedQueue) -> None:
+    assert wq.try_poll() is None
+    other.offer("late", b"", other.now() - timedelta(seconds=60))
+    assert wq.try_poll() is None
+    wq.reset_watermarks()
+    got = wq.try_poll()
+    assert got is not None and got.key == "late"
+
+
+def test_a_floor_above_now_is_ignored(database_url: str, ticker: Ticker) -> None:
+    """A clock stepped back (here: the injected one) must not hide everything until a rescan."""
+    from _workers import FakeClock
+
+    clock = FakeClock()
+    with DelayedQueue(database_url, kind="test", clock=clock, low_watermark=True) as q, \
+            DelayedQueue(database_url, kind="test", clock=clock) as producer:
+        q.watermarks = LowWatermarks(RESCAN_S, monotonic=ticker)
+        clock.advance(100)
+        assert q.try_poll() is None
+        clock.advance(-100)
+        producer.offer("k", b"", clock() - timedelta(seconds=1))
+        got = q.try_poll()
+        assert got is not None and got.key == "k"
+
+
+def test_priority_kinds_keep_floors_of_kinds_never_reached(wq: DelayedQueue) -> None:
+    hi, lo = wq.with_kind("hi"), wq.with_kind("lo")
+    now = wq.now()
+    for i in range(3):
+        hi.offer(f"h{i}", b"", now - timedelta(seconds=10 - i))
+    lo.offer("l0", b"", now - timedelta(seconds=30))
+    assert wq.watermarks is not None
+    got = wq.try_poll_many(2, ["hi", "lo"])
+    assert [e.key for e in got] == ["h0", "h1"]
+    assert wq.watermarks.low("lo") is None, "never scanned: nothing learnt"
+    got = wq.try_poll_many(5, ["hi", "lo"])
+    assert [e.key for e in got] == ["h2", "l0"]
+
+
+def test_a_lowering_during_a_poll_survives_its_result() -> None:
+    marks = LowWatermarks(RESCAN_S, monotonic=Ticker())
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000)
+    assert marks.low("k") == 5_000
+    ticket = marks.begin(["k"])
+    assert ticket.lows == [5_000]
+    marks.lower("k", 4_000)  # a NOTIFY for a row the poll's snapshot may not see
+    marks.finish(ticket, {}, 10, 0, 9_000)
+    assert marks.low("k") == 4_000
+    ticket = marks.begin(["k"])
+    marks.reset()
+    marks.finish(ticket, {}, 10, 0, 9_000)
+    assert marks.low("k") is not None and marks.low("k") < 0, "a reset during a poll wins"
+    ticket = marks.begin(["k"])
+    marks.lower("k", 1_000)
+    marks.abort(ticket)
+    assert marks.low("k") is not None and marks.low("k") <= 1_000
+
+
+def test_two_identical_polls_each_keep_their_lowering() -> None:
+    """Two consumers' polls that begin with the same floors are still two polls: the first to
+    finish must not take the other's record of a lowering with it (found by the benchmark)."""
+    marks = LowWatermarks(RESCAN_S, monotonic=Ticker())
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000)
+    a, b = marks.begin(["k"]), marks.begin(["k"])
+    marks.finish(b, {}, 10, 0, 6_000)
+    marks.lower("k", 5_500)
+    marks.finish(a, {}, 10, 0, 7_000)
+    assert marks.low("k") == 5_500
+
+
+def test_next_due_is_searched_now_and_then_and_lowered_by_announcements(
+    wq: DelayedQueue, other: DelayedQueue, ticker: Ticker
+) -> None:
+    """The search for the next due time walks every recent lease; with a watermark it runs on
+    a rescan or once the remembered time has passed, and announcements lower it between."""
+    now = other.now()
+    at_ms = [int((now + timedelta(seconds=s)).timestamp() * 1000) for s in (60, 30, 10)]
+    other.offer("in60", b"", now + timedelta(seconds=60))
+    assert wq.poll(10) == ([], at_ms[0]), "first poll searches"
+    other.offer("in30", b"", now + timedelta(seconds=30))
+    assert wq.poll(10) == ([], at_ms[0]), "remembered, not searched"
+    wq.lower_watermark("test", at_ms[1])  # the NOTIFY of in30
+    assert wq.poll(10) == ([], at_ms[1])
+    wq.offer("in10", b"", now + timedelta(seconds=10))  # own offers announce themselves
+    assert wq.poll(10) == ([], at_ms[2])
+    other.delete("in10")
+    ticker.t += RESCAN_S
+    assert wq.poll(10) == ([], at_ms[1]), "a rescan searches again"
+
+
+def test_due_now_announcements_do_not_trigger_a_search() -> None:
+    """Every due-now publish is announced; only future times may lower the next due time, or
+    each of them would make the following poll walk the lease region again."""
+    marks = LowWatermarks(RESCAN_S, monotonic=Ticker())
+    first = marks.begin(["k"])
+    assert first.want_next
+    assert marks.finish(first, {}, 10, 0, 5_000, 9_000) == 9_000
+    marks.lower("k", 4_000)  # due already: the poll window covers it
+    ticket = marks.begin(["k"])
+    assert not ticket.want_next
+    assert marks.finish(ticket, {}, 10, 0, 5_100) == 9_000
+    marks.lower("k", 7_000)  # a countdown: the next due time
+    assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_200) == 7_000
