@@ -12,7 +12,7 @@ from ..core.db import Database
 from ..core.listen import Listener
 from ..core.queue import DelayedQueue
 from . import message as msg
-from .options import DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_POOL_SIZE
+from .options import DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE
 
 
 class Backend:
@@ -27,7 +27,9 @@ class Backend:
         self.url = url
         self._key = key
         self.table = options.get("table", "delayed_queue")
-        self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)))
+        self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)),
+                           connect_timeout_s=float(options.get("connect_timeout",
+                                                               DEFAULT_CONNECT_TIMEOUT_S)))
         try:
             self.queue = DelayedQueue(
                 self.db,

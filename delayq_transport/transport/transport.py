@@ -56,6 +56,7 @@ import socket
 import time
 from concurrent.futures import Future
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 from kombu.transport import TRANSPORT_ALIASES, virtual
@@ -76,7 +77,8 @@ from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 
-TRANSPORT_ALIASES.setdefault("delayq", "delayq_transport.transport:Transport")
+for _scheme in ("delayq", "delayq+postgresql", "delayq+postgres"):  # see delayq_transport
+    TRANSPORT_ALIASES.setdefault(_scheme, "delayq_transport.transport:Transport")
 
 
 class Transport(virtual.Transport):
@@ -115,6 +117,9 @@ class Transport(virtual.Transport):
                                                     DEFAULT_ACK_FLUSH_INTERVAL_S))
         self._url = options.get("database_url") or self._url_from_client(client)
         self._backend_opts = {k: options[k] for k in BACKEND_OPTIONS if k in options}
+        if getattr(client, "connect_timeout", None):
+            # A dead host of a failover list must not cost more than kombu's own timeout.
+            self._backend_opts.setdefault("connect_timeout", float(client.connect_timeout))
         self._backend: Backend | None = None
         self.wakeups = Wakeups(self)
         self.maintenance = Maintenance(self)
@@ -128,14 +133,20 @@ class Transport(virtual.Transport):
 
     @staticmethod
     def _url_from_client(client: Any) -> str:
-        """kombu keeps ``postgresql://...`` (after the ``delayq+`` prefix) as the hostname."""
+        """The libpq URL of the connection kombu is making.
+
+        For a first URL ``delayq+postgresql://...`` kombu keeps everything after the ``+`` as
+        the hostname. Any other URL it has parsed into parts: ``delayq://...``, and every
+        failover alternate (``Connection.switch`` parses alternates whole, whatever their
+        scheme). Parts come back unquoted, so they are quoted again here.
+        """
         hostname = client.hostname or ""
         if "://" in hostname:
             return hostname
-        user = client.userid or "postgres"
-        password = f":{client.password}" if client.password else ""
+        user = quote(client.userid or "postgres", safe="")
+        password = f":{quote(client.password, safe='')}" if client.password else ""
         port = client.port or Transport.default_port
-        db = (client.virtual_host or "postgres").strip("/") or "postgres"
+        db = quote((client.virtual_host or "postgres").strip("/") or "postgres", safe="")
         return f"postgresql://{user}{password}@{hostname or 'localhost'}:{port}/{db}"
 
     @property
