@@ -212,6 +212,7 @@ class Transport(virtual.Transport):
         for plan in plans:
             channel = plan.channel
             delivered += channel.deliver(plan)
+            channel.backlog = plan.more
             if plan.more or error is not None:
                 channel.poll_wanted = True
             else:
