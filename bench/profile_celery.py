@@ -118,7 +118,8 @@ def _label(query: str) -> str:
 
 def _pyspy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--duration",
-                             str(max(1, int(seconds))), "--rate", "250", "--nonblocking", "--threads",
+                             str(max(1, int(seconds))), "--rate", "250", "--nonblocking",
+                             "--threads",
                              "--format", "raw", "--output", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -223,9 +224,11 @@ def main(brokers: str, tasks: int, admin_url: str, pyspy: bool, output: str) -> 
         for step in ("publish", "drain"):
             r = results[broker][step]
             rows.append([broker, step, str(r["tasks_per_s"]),
-                         str(r.get("producer_cpu_us_per_task", r.get("worker_main_cpu_us_per_task"))),
+                         str(r.get("producer_cpu_us_per_task",
+                                   r.get("worker_main_cpu_us_per_task"))),
                          str(r.get("pool_children_cpu_us_per_task", "")),
-                         str(r["server_cpu_us_per_task"]), str(r.get("statements_per_task", "")),
+                         str(r["server_cpu_us_per_task"]),
+                         str(r.get("statements_per_task", "")),
                          str(r.get("exec_us_per_task", "")), str(r.get("wal_bytes_per_task", ""))])
     console.print(markdown_table(["broker", "step", "tasks/s", "client CPU us/task",
                                   "pool children us/task", "server CPU us/task", "statements/task",

@@ -63,6 +63,8 @@ class Queries:
             "update_trigger": sql.Identifier(f"{table}__notify_update"),
             "channel": sql.Identifier(channel),
             "channel_literal": sql.Literal(channel),
+            # The name is validated (letters, digits, underscores), so quoting it is exact.
+            "table_regclass": sql.Literal(f'"{table}"'),
             "now": sql.SQL(NOW_SQL),
         }
         # Rendered to plain strings once: psycopg keys its prepared statements on the text.

@@ -11,6 +11,7 @@ from ..core.bindings import Bindings
 from ..core.db import Database
 from ..core.listen import Listener
 from ..core.queue import DelayedQueue
+from ..core.schema import set_unlogged
 from . import message as msg
 from .options import DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE
 
@@ -39,6 +40,9 @@ class Backend:
                 ensure_schema=bool(options.get("ensure_schema", True)),
                 relaxed_consumer_commits=not options.get("durable_acks", False),
             )
+            unlogged = options.get("unlogged_table")
+            if unlogged is not None:  # None: leave the table as the operator made it
+                set_unlogged(self.db, self.table, bool(unlogged))
         except BaseException:
             self.db.close()
             raise

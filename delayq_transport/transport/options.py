@@ -22,4 +22,5 @@ DEFAULT_CLOSE_WAIT_S = 5.0
 #: Celery's broadcast exchange for remote control (``revoke`` of a waiting task deletes it).
 CONTROL_EXCHANGE = "celery.pidbox"
 #: Options that configure the shared :class:`~.backend.Backend` (pool and queue).
-BACKEND_OPTIONS = ("table", "pool_size", "acquire_timeout", "ensure_schema", "durable_acks")
+BACKEND_OPTIONS = ("table", "pool_size", "acquire_timeout", "ensure_schema", "durable_acks",
+                   "unlogged_table")

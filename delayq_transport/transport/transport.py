@@ -17,6 +17,11 @@ Connection String
 .. code-block::
 
     delayq+postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DBNAME
+    delayq+postgresql://USER@HOST1:PORT,HOST2:PORT/DBNAME?target_session_attrs=read-write
+    delayq+postgresql://USER@HOST1/DBNAME;delayq+postgresql://USER@HOST2/DBNAME
+
+The second is libpq's multi-host form; the third kombu's failover list (each alternate is
+parsed by kombu, so it cannot carry query parameters). See docs/transport.md.
 
 ``import delayq_transport`` (in the module that creates the Celery app) registers the scheme
 with kombu; that is the one extra step next to changing ``broker_url``.
@@ -43,6 +48,11 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
 * ``durable_acks``: commit acks, leases and releases with a WAL flush (default False). Off,
   they skip the flush wait, which unblocks the worker's event loop; a PostgreSQL crash can then
   only redeliver messages (at-least-once).
+* ``unlogged_table``: True makes the queue table UNLOGGED, False makes it logged again, unset
+  (the default) leaves it as it is. Unlogged, PostgreSQL writes no WAL for the rows: publishes,
+  leases and acks cost less, but a PostgreSQL *crash* empties the table (every waiting
+  message and countdown, not only the last ~0.6 s), and standbys never receive it. Refused
+  together with ``durable_publish``. See docs/transport.md.
 * ``database_url``: libpq URL to use instead of the broker URL (e.g. a Unix socket).
 * ``max_message_size``: bytes; larger messages are refused with a clear error (default 64 MiB).
 * ``binding_ttl``: a fanout queue whose consumer has not been seen for this long receives no
@@ -61,7 +71,7 @@ from urllib.parse import quote
 import psycopg
 from kombu.transport import TRANSPORT_ALIASES, virtual
 
-from ..core.errors import DatabaseError, DatabaseUnavailable
+from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
 from .backend import Backend
 from .channel import DelayqChannel
 from .maintenance import Maintenance
@@ -117,6 +127,9 @@ class Transport(virtual.Transport):
                                                     DEFAULT_ACK_FLUSH_INTERVAL_S))
         self._url = options.get("database_url") or self._url_from_client(client)
         self._backend_opts = {k: options[k] for k in BACKEND_OPTIONS if k in options}
+        if options.get("unlogged_table") and options.get("durable_publish"):
+            raise InvalidInput("durable_publish=True asks for publishes that survive a crash; "
+                               "unlogged_table=True empties the table in one: choose one")
         if getattr(client, "connect_timeout", None):
             # A dead host of a failover list must not cost more than kombu's own timeout.
             self._backend_opts.setdefault("connect_timeout", float(client.connect_timeout))
