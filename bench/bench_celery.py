@@ -65,9 +65,11 @@ from _common import (  # noqa: E402
     write_results,
 )
 
-BROKERS = ("delayq", "delayq_durable", "redis", "amqp", "sqlalchemy")
+BROKERS = ("delayq", "delayq_durable", "delayq_unlogged", "redis", "amqp", "sqlalchemy")
 #: ``delayq_durable`` is delayq with the ``durable_publish=True`` transport option: every
 #: publish waits for the WAL flush, to show what that stricter durability costs.
+#: ``delayq_unlogged`` sets ``unlogged_table=True`` (no WAL; a crash empties the table), to
+#: show what the WAL costs.
 VARIANTS: tuple[str, ...] = ()
 PHASES = ("throughput", "drain", "latency", "rss", "kill", "sweep")
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
@@ -351,9 +353,11 @@ def broker_state(name: str, phase: str, cfg: Settings, *, acks_late: bool = Fals
     """Fresh broker state for one phase, removed afterwards (also on Ctrl-C)."""
     queue = f"bench_{phase}_{cfg.run_id}"
     options = KILL_OPTIONS.get(name.split("_")[0], {}) if phase == "kill" else {}
-    if name in ("delayq", "delayq_durable", "sqlalchemy"):
+    if name in ("delayq", "delayq_durable", "delayq_unlogged", "sqlalchemy"):
         if name == "delayq_durable":
             options = {**options, "durable_publish": True}
+        if name == "delayq_unlogged":
+            options = {**options, "unlogged_table": True}
         with fresh_database(cfg.admin_url, prefix=f"delayq_bench_celery_{name}") as db_url:
             scheme = "sqla+postgresql+psycopg://" if name == "sqlalchemy" else "delayq+postgresql://"
             url = scheme + db_url.split("://", 1)[1]
@@ -926,7 +930,7 @@ def _latency_cdf(results: dict[str, Any], brokers: list[str]) -> Path:
 
 def _missed(results: dict[str, Any], brokers: list[str]) -> list[str]:
     return [f"{row[1]}: {row[2]}" for row in table_rows(results, brokers)
-            if row[0] == "delayq" and row[5] == "**no**"]
+            if row[0] == "delayq" and row[-1] == "**no**"]
 
 
 def docs_section(results: dict[str, Any], brokers: list[str], cfg: Settings,
@@ -1021,9 +1025,11 @@ Notes:
 @click.option("--only", default=",".join(p for p in PHASES if p != "sweep"), show_default=True,
               help="Comma-separated phases: throughput,drain,latency,rss,kill, and sweep "
                    "(1/2/4 producers x 1/2/4 workers; not run by default).")
-@click.option("--brokers", "brokers_opt", default=",".join(BROKERS), show_default=True,
+@click.option("--brokers", "brokers_opt", show_default=True,
+              default=",".join(b for b in BROKERS if b != "delayq_unlogged"),
               help="Comma-separated brokers: delayq,redis,amqp,sqlalchemy (and "
-                   "delayq_durable: delayq with durable_publish=True).")
+                   "delayq_durable: delayq with durable_publish=True; delayq_unlogged: with "
+                   "unlogged_table=True).")
 @click.option("--admin-url", default=DEFAULT_ADMIN_URL, show_default=True,
               help="PostgreSQL URL allowed to create the per-phase databases.")
 @click.option("--redis-db", default=11, show_default=True, help="Redis db used as the broker.")
