@@ -7,7 +7,7 @@ the beat tables' migration, so ``delayq migrate`` creates them.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +25,9 @@ from .entries import key_prefix, parse_crontab, schedule_from_json
 from .store import BeatStore
 
 NEXT_SHOWN = 3
+#: Extra listings ``delayq beat list`` prints after Celery's entries (other schedulers that
+#: install through delayq_beat, e.g. Dramatiq's periodic actors): ``hook(queue, shown)``.
+LIST_HOOKS: list[Callable[[DelayedQueue, int], Table | None]] = []
 
 
 @click.group("beat")
@@ -58,11 +61,12 @@ def _schedule_text(definition: Mapping[str, Any] | None) -> str:
     return f"solar {sched.get('event')} {sched.get('lat')},{sched.get('lon')}"
 
 
-def entries_table(queue: DelayedQueue, store: BeatStore, shown: int = NEXT_SHOWN) -> Table:
+def entries_table(queue: DelayedQueue, store: BeatStore, shown: int = NEXT_SHOWN,
+                  title: str = "beat entries (times UTC)") -> Table:
     """Every known entry (DB-backed or installed by a beat) and its next installed occurrences."""
     stored = {e.name: e for e in store.entries()}
     installed = {i.name: i for i in store.installed()}
-    table = Table(title="beat entries (times UTC)")
+    table = Table(title=title)
     for col in ("entry", "origin", "on", "task / schedule", "hash", "queue",
                 f"next {shown} (installed)"):
         table.add_column(col)
@@ -92,6 +96,10 @@ def list_cmd(obj: Context, shown: int) -> None:
     queue, store = _store(obj)
     with queue:
         console.print(entries_table(queue, store, shown))
+        for hook in LIST_HOOKS:
+            extra = hook(queue, shown)
+            if extra is not None:
+                console.print(extra)
 
 
 def _json_arg(text: str | None, what: str, kind: type) -> Any:

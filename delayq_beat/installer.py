@@ -122,6 +122,11 @@ class Installer:
         #: (entry, hash, kind) this process has fully installed; others are installed in full.
         self._verified: set[tuple[str, str, str]] = set()
 
+    def zone_for(self, spec: EntrySpec) -> tzinfo:
+        """The time zone of an entry's schedule (Celery beat: one zone for every entry; the
+        Dramatiq scheduler overrides this for per-actor zones)."""
+        return self.zone
+
     # -- the refresh ------------------------------------------------------------------
 
     def refresh(self, config: Mapping[str, EntrySpec | Exception]) -> RefreshReport:
@@ -179,11 +184,12 @@ class Installer:
                 if self.check_task is not None:
                     self.check_task(spec)
                 route = self.route(spec)
-                fingerprint = schedule_fingerprint(spec.schedule)
+                zone = self.zone_for(spec)
+                fingerprint = (schedule_fingerprint(spec.schedule), zone)
                 if fingerprint not in cache:
-                    cache[fingerprint] = occurrences(spec.schedule, after, until, self.zone,
+                    cache[fingerprint] = occurrences(spec.schedule, after, until, zone,
                                                      self.settings.min_occurrences)
-                plan = Plan(spec, entry_hash(spec, self.zone), route, cache[fingerprint])
+                plan = Plan(spec, entry_hash(spec, zone), route, cache[fingerprint])
                 self._message(plan, plan.times[0])  # bad options fail here, per entry
                 plans.append(plan)
             except (DelayqError, ValueError, TypeError, LookupError) as exc:

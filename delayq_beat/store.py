@@ -21,7 +21,7 @@ from typing import Any
 from delayq_transport.core import periodic
 from delayq_transport.core.db import Database
 from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.schema import migrate
+from delayq_transport.core.schema import ensure_schema as ensure_current_schema
 
 from .entries import EntrySpec, key_prefix, make_spec, schedule_from_json, schedule_to_json
 
@@ -55,7 +55,7 @@ class BeatStore:
         self.rows = periodic.PeriodicStore(db, table)
         self.table = table
         if ensure_schema:
-            migrate(db, table)
+            ensure_current_schema(db, table)
 
     def add(
         self,

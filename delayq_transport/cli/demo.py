@@ -12,9 +12,11 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.live import Live
@@ -85,10 +87,33 @@ def _view(tasks: list[DemoTask], now: datetime) -> Table:
     return table
 
 
+def _start_web(queue: DelayedQueue, port: int) -> Any:
+    """``delayq web`` in a thread for the demo (None without the web extra); any free port if
+    ``port`` is taken."""
+    try:
+        from ..web.security import WebConfig
+        from ..web.server import BackgroundServer
+    except ImportError:
+        console.print("(install delayq[web] to watch the demo in a browser)")
+        return None
+    for candidate in dict.fromkeys([port, 0]):
+        try:
+            return BackgroundServer(queue, WebConfig(port=candidate, refresh_s=0.5)).start()
+        except RuntimeError:
+            continue
+    return None
+
+
 @click.command("demo")
 @click.option("--keep-worker", is_flag=True, help="Leave the worker running after the demo.")
+@click.option("--web/--no-web", default=True, show_default=True,
+              help="Serve the web page during the demo and print its URL.")
+@click.option("--web-port", default=8377, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--linger", type=click.FloatRange(0, 3600), default=None,
+              help="Seconds to keep the page up after the demo (default: 20 on a terminal)")
 @click.pass_obj
-def demo(obj: Context, keep_worker: bool) -> None:
+def demo(obj: Context, keep_worker: bool, web: bool, web_port: int,
+         linger: float | None) -> None:
     """Run a Celery worker on delayq and watch countdown tasks go scheduled -> running -> done."""
     url = obj.database_url
     if not url:
@@ -104,29 +129,50 @@ def demo(obj: Context, keep_worker: bool) -> None:
     with DelayedQueue(url, table=obj.table, kind="celery") as queue:
         queue.purge()
         worker = _start_worker(env, log_path)
+        server = _start_web(queue, web_port) if web else None
         try:
+            if server is not None:
+                console.print(f"web page: [bold]{server.url}/[/bold]")
             _wait_ready(worker, log_path)
             console.print(f"worker ready (log: {log_path})")
-            _run(queue, url, env)
+            _run(queue, url, env, server.url if server else None)
+            if server is not None:
+                _linger(sys.stdout.isatty() and 20.0 if linger is None else linger)
         finally:
+            if server is not None:
+                server.stop()
             if not keep_worker and worker.poll() is None:
                 os.killpg(worker.pid, signal.SIGTERM)
                 worker.wait(timeout=30)
 
 
-def _run(queue: DelayedQueue, url: str, env: dict[str, str]) -> None:
+def _linger(seconds: float) -> None:
+    if seconds <= 0:
+        return
+    console.print(f"the page stays up {seconds:.0f} s more (Ctrl-C to stop)")
+    try:
+        time.sleep(seconds)
+    except KeyboardInterrupt:
+        pass
+
+
+def _run(queue: DelayedQueue, url: str, env: dict[str, str], web_url: str | None) -> None:
     from .demo_app import app, flaky, remind
 
     os.environ["DELAYQ_DEMO_DB"] = url  # the tasks' _record() in this process, if any
     app.conf.broker_url = env["DELAYQ_DEMO_BROKER"]
     app.conf.broker_transport_options = {"database_url": url}
 
+    ids = [str(uuid.uuid4()) for _ in range(len(COUNTDOWNS_S) + 1)]
+    if web_url:
+        console.print(f"watch them go scheduled -> done: [bold]{web_url}/watch?ids="
+                      f"{','.join(ids)}[/bold]")
     tasks = []
     for i, seconds in enumerate(COUNTDOWNS_S):
-        result = remind.apply_async((f"user-{i}",), countdown=seconds)
+        result = remind.apply_async((f"user-{i}",), countdown=seconds, task_id=ids[i])
         tasks.append(DemoTask(result.id, f"remind(user-{i}) countdown={seconds}s",
                               queue.get(result.id).scheduled_at))  # type: ignore[union-attr]
-    result = flaky.apply_async(("user-retry",), countdown=1)
+    result = flaky.apply_async(("user-retry",), countdown=1, task_id=ids[-1])
     tasks.append(DemoTask(result.id, f"flaky: fails, retry(countdown={RETRY_AFTER_S})",
                           queue.get(result.id).scheduled_at))  # type: ignore[union-attr]
     deadline = time.monotonic() + DEMO_TIMEOUT_S

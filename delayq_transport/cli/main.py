@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import importlib
 import sys
-from datetime import UTC, datetime
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from ..core import validate_table_name
 from ..core.db import Database, mask_password
 from ..core.errors import DelayqError
 from ..core.queue import DelayedQueue
 from ..core.schema import MIGRATIONS, migrate
-from ..core.timeutil import from_ms
+from .status import run_status, status_options
 
 console = Console()
 
@@ -27,7 +25,11 @@ console = Console()
 PLUGIN_MODULES = (
     "delayq_beat.cli",
     "delayq_transport.cli.demo",
+    "delayq_transport.cli.ops",
+    "delayq_transport.cli.tasks",
+    "delayq_transport.web.cli",
     "delayq_transport.spark.cli",
+    "delayq_transport.dramatiq.ledger",
 )
 
 
@@ -85,32 +87,15 @@ def migrate_cmd(obj: Context) -> None:
         console.print(f"{obj.table} on {where} is up to date (version {latest})")
 
 
-def _ms_ago(ms: int | None) -> str:
-    return "-" if ms is None else f"{ms / 1000:.1f}s"
-
-
-def _when(ms: int | None) -> str:
-    return "-" if ms is None else from_ms(ms).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 @main.command("status")
+@status_options
 @click.pass_obj
-def status_cmd(obj: Context) -> None:
-    """Per queue/kind: due now, scheduled later, in flight, redelivered, lag, next due."""
+def status_cmd(obj: Context, as_json: bool, exact: bool, cap: int) -> None:
+    """Per queue/kind: due, scheduled, in flight, redelivered, lag, next due; then what holds
+    back cleanup, dead tuples and bloat, with warnings (thresholds: docs/operations.md)."""
     with obj.queue() as queue:
-        rows = queue.status()
-    table = Table(title=f"{obj.table} at {datetime.now(UTC):%H:%M:%S} UTC")
-    for col in ("kind", "due", "scheduled", "in flight", "redelivered", "oldest due lag",
-                "next due"):
-        table.add_column(col, justify="left" if col in ("kind", "next due") else "right")
-    for r in rows:
-        table.add_row(r.kind, str(r.due), str(r.scheduled), str(r.in_flight), str(r.redelivered),
-                      _ms_ago(r.oldest_due_lag_ms), _when(r.next_due_at_ms))
-    if not rows:
-        table.add_row("(empty)", "0", "0", "0", "0", "-", "-")
-    console.print(table)
-    for hook in STATUS_HOOKS:
-        hook(obj)
+        run_status(console, queue, obj.table, as_json=as_json, exact=exact, cap=cap,
+                   hooks=STATUS_HOOKS, obj=obj)
 
 
 #: Extra sections for ``delayq status`` (beat adds its next occurrences per entry).

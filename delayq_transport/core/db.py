@@ -23,7 +23,13 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .errors import DatabaseError, DatabaseUnavailable, InvalidInput, SchemaMissing
+from .errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    InvalidInput,
+    PermissionDenied,
+    SchemaMissing,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -81,7 +87,7 @@ def translate(exc: BaseException, url: str) -> Exception:
     if isinstance(exc, pg_errors.UndefinedTable):
         return SchemaMissing(f"{exc.diag.message_primary} (run `delayq migrate` against {where})")
     if isinstance(exc, pg_errors.InsufficientPrivilege):
-        return DatabaseError(f"permission denied on {where}: {exc.diag.message_primary}")
+        return PermissionDenied(f"permission denied on {where}: {exc.diag.message_primary}")
     if isinstance(exc, pg_errors.StringDataRightTruncation | pg_errors.ProgramLimitExceeded):
         return InvalidInput(f"value too large for the queue table: {exc.diag.message_primary}")
     if isinstance(exc, psycopg.OperationalError | PoolTimeout):

@@ -25,3 +25,7 @@ class DatabaseError(DelayqError):
 
 class SchemaMissing(DatabaseError):
     """The queue table does not exist and schema creation was turned off."""
+
+
+class PermissionDenied(DatabaseError):
+    """The role lacks a privilege the operation needs (see ``delayq grants``)."""

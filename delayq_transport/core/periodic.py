@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from sqlalchemy import BigInteger, Boolean, Column, MetaData, String, Table, Text
-from sqlalchemy.dialects.postgresql import JSONB
 
 from .db import Database
 from .queries import Queries
 
 if TYPE_CHECKING:  # queue imports schema, which lists this module's migration
+    from sqlalchemy import MetaData, Table
+
     from .queue import DelayedQueue
 
 ENTRIES_TABLE = "delayq_beat_entries"
@@ -30,6 +30,9 @@ INSTALLED_TABLE = "delayq_beat_installed"
 
 
 def periodic_tables(metadata: MetaData | None = None) -> list[Table]:
+    from sqlalchemy import BigInteger, Boolean, Column, MetaData, String, Table, Text
+    from sqlalchemy.dialects.postgresql import JSONB
+
     metadata = metadata or MetaData()
     entries = Table(
         ENTRIES_TABLE, metadata,

@@ -16,6 +16,8 @@ from .errors import InvalidInput
 
 TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
 MIGRATIONS_TABLE = "delayq_migrations"
+#: Blocks rendered per role by :func:`grant_statements`, not per table at start-up.
+GRANT_PREFIX = "grant_"
 _BLOCK_RE = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 
 #: Expands ``{now}``: the injected clock if the queue has one, else the database clock.
@@ -63,15 +65,35 @@ class Queries:
             "update_trigger": sql.Identifier(f"{table}__notify_update"),
             "channel": sql.Identifier(channel),
             "channel_literal": sql.Literal(channel),
-            # The name is validated (letters, digits, underscores), so quoting it is exact.
-            "table_regclass": sql.Literal(f'"{table}"'),
+            # The quoted name as a string, for to_regclass() in catalog queries.
+            "table_literal": sql.Literal(sql.Identifier(table).as_string(None)),
             "now": sql.SQL(NOW_SQL),
         }
         # Rendered to plain strings once: psycopg keys its prepared statements on the text.
         self._text = {
             name: sql.SQL(text).format(**idents).as_string(None)
             for name, text in raw_queries().items()
+            if not name.startswith(GRANT_PREFIX)
         }
 
     def __getitem__(self, name: str) -> str:
         return self._text[name]
+
+
+def grant_statements(block: str, *, table: str, role: str, schema: str) -> list[str]:
+    """The GRANT statements of one ``grant_*`` block for a role, identifiers quoted."""
+    validate_table_name(table)
+    for what, name in (("role", role), ("schema", schema)):
+        if not isinstance(name, str) or not name or len(name) > 63 or "\x00" in name:
+            raise InvalidInput(f"invalid {what} name {name!r}: 1-63 characters, no NUL")
+    idents = {
+        "table": sql.Identifier(table),
+        "bindings": sql.Identifier(f"{table}__bindings"),
+        "sequence": sql.Identifier(f"{table}_id_seq"),
+        "migrations": sql.Identifier(MIGRATIONS_TABLE),
+        "schema": sql.Identifier(schema),
+        "role": sql.Identifier(role),
+    }
+    text = sql.SQL(raw_queries()[GRANT_PREFIX + block]).format(**idents).as_string(None)
+    return [s.strip() + ";" for s in text.split(";\n") if s.strip()]
+

@@ -140,8 +140,28 @@ RETURNING "pKey", "pKind"
 DELETE FROM {table} WHERE "pKind" = ANY(%(kinds)s::text[]) AND "lockUuid" IS NULL
 
 -- count_waiting --
--- Rows of these kinds that are not in flight: kombu's queue size.
+-- Rows of these kinds that are not in flight, counted exactly: O(rows), kept for callers that
+-- need the exact figure on small tables. kombu's queue size is `count_due` below.
 SELECT count(*) AS n FROM {table} WHERE "pKind" = ANY(%(kinds)s::text[]) AND "lockUuid" IS NULL
+
+-- count_plan_guard --
+-- Run first (same transaction) by every capped count: the count must walk its index and stop at
+-- the cap. Without statistics (a table Spark just bulk-loaded) the planner picked a bitmap scan
+-- of the whole kind plus a sort: 4-25 s at 10M rows instead of ~0.1 s. SET LOCAL needs no privilege.
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SET LOCAL enable_sort = off;
+SET LOCAL jit = off
+
+-- count_due --
+-- kombu's queue size (message_count): due rows of these kinds, expired leases included (they
+-- are delivered next), counted exactly up to `cap`. Far-future rows are not "in the queue",
+-- like an ETA task Redis' transport has already handed to a worker.
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM {table}
+    WHERE "pKind" = ANY(%(kinds)s::text[]) AND "scheduledAt" <= {now}
+    LIMIT %(cap)s
+) AS due
 
 -- next_due --
 -- Earliest scheduledAt over these kinds, leases included (an expiring lease is a redelivery).
@@ -152,7 +172,8 @@ CROSS JOIN LATERAL (
 ) AS x
 
 -- status --
--- Per-kind counters for `delayq status`. A row whose lease ran out counts as due and redelivered.
+-- Exact per-kind counters for `delayq status --exact`: one pass over the whole table (seconds at
+-- millions of rows). A row whose lease ran out counts as due and redelivered.
 SELECT "pKind" AS kind,
        count(*) FILTER (WHERE "scheduledAt" <= n.now) AS due,
        count(*) FILTER (WHERE "lockUuid" IS NULL AND "scheduledAt" > n.now) AS scheduled,
@@ -164,6 +185,66 @@ SELECT "pKind" AS kind,
 FROM {table}, (SELECT {now} AS now) AS n
 GROUP BY "pKind", n.now
 ORDER BY "pKind"
+
+-- status_capped --
+-- Per-kind counters of `delayq status` with every count bounded: the kinds come from a skip
+-- scan of the (pKind, scheduledAt) index (one descent per kind), then due rows and scheduled
+-- rows are each counted in index order up to `cap`. Same definitions as `status`; in-flight
+-- rows come from `status_in_flight`. Run after `count_plan_guard`. Rows come in no particular
+-- order (the caller sorts the few kinds; a Sort node here is what the plan guard forbids).
+WITH RECURSIVE kinds AS (
+    (SELECT "pKind" AS kind FROM {table} ORDER BY "pKind" LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t."pKind" FROM {table} AS t WHERE t."pKind" > kinds.kind
+            ORDER BY t."pKind" LIMIT 1)
+    FROM kinds WHERE kinds.kind IS NOT NULL
+), n AS (SELECT {now} AS now)
+SELECT k.kind, d.n AS due, d.redelivered AS due_redelivered, n.now - d.oldest AS oldest_due_lag_ms,
+       s.n AS scheduled, s.redelivered AS scheduled_redelivered, s.first_at AS next_due_at
+FROM kinds AS k CROSS JOIN n
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, count(*) FILTER (WHERE x.at > x.initially) AS redelivered,
+           min(x.at) AS oldest
+    FROM (SELECT "scheduledAt" AS at, "scheduledAtInitially" AS initially FROM {table}
+          WHERE "pKind" = k.kind AND "scheduledAt" <= n.now
+          ORDER BY "scheduledAt" LIMIT %(cap)s) AS x
+) AS d
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, count(*) FILTER (WHERE y.at > y.initially) AS redelivered,
+           min(y.at) AS first_at
+    FROM (SELECT "scheduledAt" AS at, "scheduledAtInitially" AS initially FROM {table}
+          WHERE "pKind" = k.kind AND "scheduledAt" > n.now AND "lockUuid" IS NULL
+          ORDER BY "scheduledAt" LIMIT %(cap)s) AS y
+) AS s
+WHERE k.kind IS NOT NULL
+
+-- status_in_flight --
+-- Rows held under a live lease, per kind, read through the lockUuid index (in-flight rows are
+-- few: workers x prefetch) and bounded by `cap`. Run after `count_plan_guard`.
+SELECT x.kind, count(*) AS in_flight
+FROM (SELECT "pKind" AS kind, "scheduledAt" AS at FROM {table}
+      WHERE "lockUuid" IS NOT NULL ORDER BY "lockUuid" LIMIT %(cap)s) AS x
+WHERE x.at > {now}
+GROUP BY x.kind
+
+-- status_estimates --
+-- Where counts past the cap come from, all labelled estimates: the live-row count of the
+-- cumulative statistics (pg_stat_user_tables, updated as rows come and go), the planner's
+-- reltuples/relpages scaled to the table's current size (what the planner itself assumes), and
+-- the share of each kind from pg_stats (the last ANALYZE). Nothing here reads the table.
+SELECT c.reltuples::float8 AS reltuples, c.relpages::bigint AS relpages,
+       (pg_relation_size(c.oid) / current_setting('block_size')::int)::bigint AS pages_now,
+       st.n_live_tup AS live_tuples,
+       ps.most_common_vals::text::text[] AS kind_values, ps.most_common_freqs::float8[] AS kind_freqs,
+       ps.n_distinct::float8 AS n_distinct, ps.null_frac::float8 AS null_frac
+FROM pg_class AS c
+JOIN pg_namespace AS ns ON ns.oid = c.relnamespace
+LEFT JOIN pg_stat_user_tables AS st ON st.relid = c.oid
+LEFT JOIN pg_stats AS ps
+       ON ps.schemaname = ns.nspname AND ps.tablename = c.relname AND ps.attname = 'pKind'
+WHERE c.oid = to_regclass({table_literal})
+ORDER BY ps.inherited DESC NULLS LAST
+LIMIT 1
 
 -- cron_delete_other_configs --
 -- installTick step 1: drop rows of this prefix that belong to any other config hash.
@@ -210,7 +291,7 @@ ON CONFLICT DO NOTHING
 
 -- table_persistence --
 -- 'p' (logged) or 'u' (unlogged) for the queue table: the opt-in unlogged mode (issue 11).
-SELECT c.relpersistence FROM pg_class AS c WHERE c.oid = {table_regclass}::regclass
+SELECT c.relpersistence FROM pg_class AS c WHERE c.oid = {table_literal}::regclass
 
 -- table_set_unlogged --
 -- Opt-in: no WAL for the queue table; a PostgreSQL crash empties it (see docs/transport.md).
@@ -420,3 +501,299 @@ ON CONFLICT DO NOTHING
 -- runlog_list --
 -- Every step so far, oldest first (the view keeps each task's latest).
 SELECT task_id, state, at FROM delayq_demo_runs ORDER BY at
+
+-- Least-privilege GRANTs printed by `delayq grants` (never run by delayq itself). Blocks named
+-- grant_* take {role} and {schema} as extra identifiers; see docs/operations.md.
+
+-- grant_admin --
+-- The one role that runs `delayq migrate`: it creates the tables, so it owns them (later
+-- migrations ALTER them); pg_monitor lets `delayq status` see every session holding back cleanup.
+GRANT USAGE, CREATE ON SCHEMA {schema} TO {role};
+GRANT pg_monitor TO {role}
+
+-- grant_worker --
+-- Celery workers: poll (SELECT ... FOR UPDATE SKIP LOCKED + UPDATE of the lease), ack (DELETE),
+-- extend leases and release (UPDATE), publish (tasks send tasks, retries, replies: INSERT and the
+-- id sequence), route (bindings), and read the migrations ledger on start. LISTEN needs no grant.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table}, {schema}.{bindings} TO {role};
+GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
+GRANT SELECT ON {schema}.{migrations} TO {role}
+
+-- grant_beat --
+-- celery beat with the delayq scheduler (run it as the worker role): its two state tables.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_beat_entries", {schema}."delayq_beat_installed" TO {role}
+
+-- grant_producer --
+-- Applications that only publish (apply_async): INSERT rows, read the queue size kombu asks for
+-- on every queue declaration (SELECT), declare bindings (no DELETE), read the ledger. Without
+-- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT ON {schema}.{table} TO {role};
+GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.{bindings} TO {role};
+GRANT SELECT ON {schema}.{migrations} TO {role}
+
+-- grant_monitor --
+-- `delayq status` / `delayq metrics` for a dashboard or Prometheus: read-only, plus pg_monitor so
+-- pg_stat_activity shows other roles' transactions (without it only this role's own are seen).
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON {schema}.{table}, {schema}.{bindings}, {schema}.{migrations} TO {role};
+GRANT pg_monitor TO {role}
+
+-- health_blockers --
+-- What holds back the xmin horizon (rows VACUUM may not remove yet: every lease UPDATE and ack
+-- DELETE leaves one at the low end of the poll's index), oldest first: client sessions with a
+-- snapshot or transaction id (or idle in transaction), standbys with hot_standby_feedback,
+-- replication slots, prepared transactions. VACUUM of a table ignores sessions and prepared
+-- transactions of *other* databases, so only this database's are listed; standbys and physical
+-- slots hold every database. A slot's catalog_xmin holds back catalogs only (shown, not aged).
+-- Other roles' sessions are only visible with pg_monitor. Sessions younger than `min_age_s`
+-- (every running statement has a snapshot) are left out.
+SELECT * FROM (
+    SELECT 'session' AS source, a.pid, a.usename::text AS role_name,
+           a.application_name AS application, a.datname::text AS database, a.state,
+           extract(epoch FROM now() - a.xact_start)::float8 AS age_s,
+           age(COALESCE(a.backend_xmin, a.backend_xid))::bigint AS xmin_age_xids,
+           left(a.query, 200) AS detail
+    FROM pg_stat_activity AS a
+    WHERE a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'
+      AND a.datname = current_database()
+      AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL
+           OR a.state LIKE 'idle in transaction%%')
+      AND a.xact_start < now() - make_interval(secs => %(min_age_s)s)
+    UNION ALL
+    SELECT 'standby', r.pid, r.usename::text, r.application_name, NULL, r.state, NULL,
+           age(r.backend_xmin)::bigint, host(r.client_addr)
+    FROM pg_stat_replication AS r WHERE r.backend_xmin IS NOT NULL
+    UNION ALL
+    SELECT 'replication_slot', s.active_pid, NULL, s.slot_name::text, s.database::text,
+           CASE WHEN s.active THEN 'active' ELSE 'inactive' END, NULL,
+           age(s.xmin)::bigint,
+           'xmin ' || COALESCE(s.xmin::text, '-') || ', catalog_xmin ' || COALESCE(s.catalog_xmin::text, '-')
+    FROM pg_replication_slots AS s
+    WHERE (s.xmin IS NOT NULL OR s.catalog_xmin IS NOT NULL)
+      AND (s.database IS NULL OR s.database = current_database())
+    UNION ALL
+    SELECT 'prepared_transaction', NULL, p.owner::text, p.gid, p.database::text, 'prepared',
+           extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint, NULL
+    FROM pg_prepared_xacts AS p WHERE p.database = current_database()
+) AS b
+ORDER BY b.xmin_age_xids DESC NULLS LAST, b.age_s DESC NULLS LAST
+LIMIT %(limit)s
+
+-- health_table --
+-- The queue table from the catalogs and cumulative statistics (no table read): sizes, live and
+-- dead tuples, time since the last (auto)vacuum/analyze, and the average row width pg_stats
+-- measured (for the bloat estimate; NULL before the first ANALYZE).
+SELECT pg_relation_size(c.oid) AS table_bytes, pg_total_relation_size(c.oid) AS total_bytes,
+       st.n_live_tup AS live_tuples, st.n_dead_tup AS dead_tuples,
+       st.n_mod_since_analyze AS modified_since_analyze,
+       extract(epoch FROM now() - GREATEST(st.last_vacuum, st.last_autovacuum))::float8 AS since_vacuum_s,
+       extract(epoch FROM now() - GREATEST(st.last_analyze, st.last_autoanalyze))::float8 AS since_analyze_s,
+       (SELECT sum(ps.avg_width) FROM pg_stats AS ps
+        WHERE ps.schemaname = ns.nspname AND ps.tablename = c.relname AND NOT ps.inherited)::bigint AS row_width,
+       current_setting('block_size')::int AS block_size
+FROM pg_class AS c
+JOIN pg_namespace AS ns ON ns.oid = c.relnamespace
+LEFT JOIN pg_stat_user_tables AS st ON st.relid = c.oid
+WHERE c.oid = to_regclass({table_literal})
+
+-- health_indexes --
+-- Each index of the queue table: size, scans, and the average width of its key columns from
+-- pg_stats (for the bloat estimate; NULL before the first ANALYZE).
+SELECT ic.relname::text AS name, pg_relation_size(i.indexrelid) AS bytes, si.idx_scan AS scans,
+       (SELECT sum(ps.avg_width) FROM pg_attribute AS a
+        JOIN pg_stats AS ps ON ps.schemaname = ns.nspname AND ps.tablename = tc.relname
+                           AND ps.attname = a.attname AND NOT ps.inherited
+        WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey))::bigint AS key_width
+FROM pg_index AS i
+JOIN pg_class AS ic ON ic.oid = i.indexrelid
+JOIN pg_class AS tc ON tc.oid = i.indrelid
+JOIN pg_namespace AS ns ON ns.oid = tc.relnamespace
+LEFT JOIN pg_stat_user_indexes AS si ON si.indexrelid = i.indexrelid
+WHERE i.indrelid = to_regclass({table_literal})
+ORDER BY ic.relname
+
+-- Statements of core/inspect.py (`delayq tasks`, `delayq web`): listing, one task, cancel,
+-- reschedule, overview and timeline. Every read is bounded (LIMIT inside each index scan), so a
+-- page costs the same on 5M rows as on 5k; nothing counts the whole table.
+
+-- inspect_kinds --
+-- Every kind present in the table: a loose index scan (one index probe per kind), not a scan.
+WITH RECURSIVE k AS (
+    (SELECT "pKind" AS kind FROM {table} ORDER BY "pKind" LIMIT 1)
+    UNION ALL
+    SELECT (SELECT "pKind" FROM {table} WHERE "pKind" > k.kind ORDER BY "pKind" LIMIT 1)
+    FROM k WHERE k.kind IS NOT NULL
+)
+SELECT kind FROM k WHERE kind IS NOT NULL LIMIT %(limit)s
+
+-- inspect_window --
+-- The next `budget` rows after the keyset cursor (scheduledAt, id) over these kinds, in that
+-- order: each kind contributes at most `budget` rows read from the (pKind, scheduledAt) index
+-- (ties on scheduledAt ordered by id in an incremental sort), and the merged top `budget` are
+-- exactly the global next `budget`. No new index: the hot path's indexes serve it.
+-- Filters the index cannot answer (state, task name, text) are applied to this window by the
+-- caller, so a filtered page is a bounded scan that says where it stopped.
+WITH n AS (SELECT {now} AS now),
+w AS (
+    SELECT s.id, s.at
+    FROM unnest(%(kinds)s::text[]) AS k(kind)
+    CROSS JOIN LATERAL (
+        SELECT "id", "scheduledAt" AS at FROM {table}
+        WHERE "pKind" = k.kind AND "scheduledAt" >= %(after_at)s::bigint
+          AND ("scheduledAt", "id") > (%(after_at)s::bigint, %(after_id)s::bigint)
+          AND "scheduledAt" >= %(lo)s::bigint AND "scheduledAt" < %(hi)s::bigint
+        ORDER BY "scheduledAt", "id"
+        LIMIT %(budget)s
+    ) AS s
+    ORDER BY s.at, s.id
+    LIMIT %(budget)s
+)
+SELECT t."id", t."pKey", t."pKind", CASE WHEN %(with_payload)s THEN t."payload" END,
+       t."scheduledAt", t."scheduledAtInitially", t."lockUuid", t."createdAt", n.now
+FROM w JOIN {table} AS t ON t."id" = w.id CROSS JOIN n
+ORDER BY w.at, w.id
+
+-- inspect_held --
+-- Rows a consumer acquired (lockUuid set), after the keyset cursor: found through the lockUuid
+-- index, so listing what is in flight never walks the scheduled rows. Few by nature (workers'
+-- prefetch); `budget` bounds them anyway.
+SELECT t."id", t."pKey", t."pKind", NULL::bytea, t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."lockUuid" IS NOT NULL AND t."pKind" = ANY(%(kinds)s::text[])
+  AND (t."scheduledAt", t."id") > (%(after_at)s::bigint, %(after_id)s::bigint)
+ORDER BY t."scheduledAt", t."id"
+LIMIT %(budget)s
+
+-- inspect_by_ids --
+-- Full rows by primary key (a page's payloads, one task's page).
+SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."id" = ANY(%(ids)s::bigint[])
+ORDER BY t."scheduledAt", t."id"
+
+-- inspect_by_key --
+-- Rows of one key (a Celery task id) in any kind, through the unique index's leading column.
+SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."pKey" = %(key)s
+ORDER BY t."id"
+LIMIT 20
+
+-- inspect_by_keys --
+-- Rows of these keys (task ids) in any kind: the watch list (is my task still queued?).
+SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."pKey" = ANY(%(keys)s::text[])
+ORDER BY t."scheduledAt", t."id"
+LIMIT 1000
+
+-- inspect_cancel --
+-- Delete waiting rows by id. Rows a consumer holds (lockUuid set) are never deleted: the caller
+-- reports them as in flight.
+DELETE FROM {table} WHERE "id" = ANY(%(ids)s::bigint[]) AND "lockUuid" IS NULL
+RETURNING "id"
+
+-- inspect_reschedule --
+-- Move one waiting row (and give it the payload that carries the new ETA), only if no consumer
+-- holds it and nobody replaced it since it was read (a retry republishing the same task id).
+-- The update trigger wakes consumers, so a row moved to now runs at once.
+UPDATE {table}
+SET "scheduledAt" = %(at)s, "scheduledAtInitially" = %(at)s, "payload" = %(payload)s
+WHERE "id" = %(id)s AND "lockUuid" IS NULL
+  AND "createdAt" = %(expected_created)s AND "scheduledAtInitially" = %(expected_initially)s
+RETURNING "id"
+
+-- inspect_overview --
+-- Per kind: bounded counts (each stops at `cap`; the caller shows "cap+"), the oldest due
+-- row's lag and the next scheduled time, all from index range scans. In-flight rows are found
+-- through the lockUuid index, never by walking the scheduled rows.
+WITH n AS (SELECT {now} AS now),
+flight AS (
+    SELECT f."pKind" AS kind, count(*) AS n
+    FROM (SELECT "pKind" FROM {table}, n
+          WHERE "lockUuid" IS NOT NULL AND "scheduledAt" > n.now LIMIT %(cap)s) AS f
+    GROUP BY f."pKind"
+)
+SELECT k.kind,
+       (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE "pKind" = k.kind
+                              AND "scheduledAt" <= n.now LIMIT %(cap)s) AS x) AS due,
+       (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE "pKind" = k.kind
+                              AND "scheduledAt" > n.now LIMIT %(cap)s) AS x) AS later,
+       COALESCE((SELECT flight.n FROM flight WHERE flight.kind = k.kind), 0) AS in_flight,
+       (SELECT count(*) FROM (SELECT "scheduledAt" > "scheduledAtInitially"
+                                     AND ("lockUuid" IS NULL OR "scheduledAt" <= n.now) AS r
+                              FROM {table} WHERE "pKind" = k.kind
+                              ORDER BY "scheduledAt" LIMIT %(redelivered_cap)s) AS x
+        WHERE x.r) AS redelivered,
+       n.now - (SELECT min("scheduledAt") FROM {table}
+                WHERE "pKind" = k.kind AND "scheduledAt" <= n.now) AS oldest_due_lag_ms,
+       (SELECT min("scheduledAt") FROM {table}
+        WHERE "pKind" = k.kind AND "scheduledAt" > n.now AND "lockUuid" IS NULL) AS next_due_at,
+       n.now
+FROM unnest(%(kinds)s::text[]) AS k(kind) CROSS JOIN n
+
+-- inspect_timeline --
+-- Rows due in each [lo, hi) bucket over these kinds, each count stopping at `cap` (the caller
+-- estimates capped buckets from the column histogram).
+SELECT b.i, (SELECT count(*) FROM (SELECT 1 FROM {table}
+                                   WHERE "pKind" = ANY(%(kinds)s::text[])
+                                     AND "scheduledAt" >= b.lo AND "scheduledAt" < b.hi
+                                   LIMIT %(cap)s) AS x) AS n
+FROM unnest(%(los)s::bigint[], %(his)s::bigint[]) WITH ORDINALITY AS b(lo, hi, i)
+ORDER BY b.i
+
+-- inspect_stats --
+-- Planner statistics and activity counters of the table: estimated rows, the scheduledAt
+-- histogram (estimates for buckets too full to count), inserts and deletes so far (rates).
+SELECT c.reltuples::bigint AS rows_estimate,
+       (SELECT s.histogram_bounds::text FROM pg_stats AS s
+        WHERE s.schemaname = n.nspname AND s.tablename = c.relname
+          AND s.attname = 'scheduledAt') AS histogram,
+       COALESCE(a.n_tup_ins, 0) AS inserted, COALESCE(a.n_tup_del, 0) AS deleted,
+       COALESCE(a.n_live_tup, 0) AS live_estimate, {now} AS now
+FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+LEFT JOIN pg_stat_user_tables AS a ON a.relid = c.oid
+WHERE c.oid = to_regclass(quote_ident(%(table_name)s))
+
+-- Statements of partitions that are kept, not consumed (Dramatiq's dead letters), and of
+-- whole-partition inspection; used through delayq_transport.core.partitions.
+
+-- dead_letter --
+-- Move deliveries (matched on id and lock, as acks are) to another kind, where no consumer
+-- polls: the row itself moves, so a dead letter is never a copy; a non-NULL payload replaces the
+-- stored one (the failed message with its final options). It is kept until
+-- scheduledAt = now + retention, then `expire_kinds` deletes it.
+UPDATE {table} AS t
+SET "pKind" = %(to_kind)s, "lockUuid" = NULL, "payload" = COALESCE(a.payload, t."payload"),
+    "scheduledAt" = {now} + %(retention_ms)s::bigint, "scheduledAtInitially" = {now}
+FROM unnest(%(ids)s::bigint[], %(locks)s::text[], %(payloads)s::bytea[]) AS a(id, lock, payload)
+WHERE t."id" = a.id AND t."lockUuid" = a.lock
+
+-- expire_kinds --
+-- Retention of kept partitions: delete their rows whose scheduledAt (end of retention) passed.
+DELETE FROM {table}
+WHERE "pKind" = ANY(%(kinds)s::text[]) AND "scheduledAt" <= {now} AND "lockUuid" IS NULL
+
+-- count_all --
+-- Every row of these kinds, in flight or not: a queue is "joined" when this reaches 0.
+SELECT count(*) AS n FROM {table} WHERE "pKind" = ANY(%(kinds)s::text[])
+
+-- list_kinds --
+-- Rows of these kinds, most recent first (dead-letter listings).
+SELECT "id", "pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "lockUuid", "createdAt"
+FROM {table}
+WHERE "pKind" = ANY(%(kinds)s::text[])
+ORDER BY "scheduledAtInitially" DESC, "id" DESC
+LIMIT %(limit)s
+
+-- kinds_like --
+-- Distinct kinds starting with a (LIKE-escaped) prefix: the queues an adapter has stored.
+SELECT DISTINCT "pKind" FROM {table} WHERE "pKind" LIKE %(pattern)s ESCAPE '\'

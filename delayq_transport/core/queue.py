@@ -15,10 +15,11 @@ from typing import Any
 
 import psycopg
 
+from .counts import COUNT_CAP, capped_status, count_due
 from .db import Database, as_arrays
 from .errors import DatabaseError, InvalidInput
 from .queries import Queries
-from .schema import migrate
+from .schema import ensure_schema as ensure_current_schema
 from .timeutil import duration_ms, from_ms, to_ms
 from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
 
@@ -110,7 +111,7 @@ class DelayedQueue:
         )
         if ensure_schema:
             try:
-                migrate(self.db, table)
+                ensure_current_schema(self.db, table)
             except BaseException:
                 self.close()
                 raise
@@ -391,7 +392,12 @@ class DelayedQueue:
         """Delete every waiting (due or scheduled) row of the kinds; in-flight rows stay."""
         return self.db.execute(self.queries["purge"], {"kinds": self._kinds(kinds)})
 
+    def count_due(self, kinds: Sequence[str] | None = None, cap: int = COUNT_CAP) -> int:
+        """Due rows of the kinds (kombu's queue size), exact up to ``cap``; bounded cost."""
+        return count_due(self, self._kinds(kinds), cap)
+
     def count_waiting(self, kinds: Sequence[str] | None = None) -> int:
+        """Every row of the kinds not in flight, due or not: an exact count, O(rows)."""
         row = self.db.fetchone(self.queries["count_waiting"], {"kinds": self._kinds(kinds)})
         return int(row[0]) if row else 0
 
@@ -404,7 +410,13 @@ class DelayedQueue:
         row = self.db.fetchone(self.queries["next_due"], {"kinds": self._kinds(kinds)})
         return None if row is None or row[0] is None else int(row[0])
 
-    def status(self) -> list[KindStatus]:
-        """Counters per kind of the whole table (see ``delayq status``)."""
+    def status(self, *, exact: bool = False, cap: int = COUNT_CAP) -> list[KindStatus]:
+        """Counters per kind of the whole table (see ``delayq status``).
+
+        Each count reads at most ``cap`` rows; past it the count is labelled (``due_accuracy``,
+        ``scheduled_accuracy``). ``exact=True`` counts every row instead (seconds at 10M rows).
+        """
+        if not exact:
+            return capped_status(self, cap)
         rows = self.db.fetchall(self.queries["status"], {"now": self._now_ms()})
         return [KindStatus(*r) for r in rows]

@@ -11,23 +11,34 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from sqlalchemy import BigInteger, Boolean, Column, Index, LargeBinary, MetaData, String, Table
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.schema import CreateIndex, CreateTable
 
 from .db import Database
+from .errors import PermissionDenied, SchemaMissing
 from .periodic import create_periodic_tables
 from .queries import MIGRATIONS_TABLE, Queries, validate_table_name
 
+if TYPE_CHECKING:  # SQLAlchemy is imported when a table is declared: `delayq status` and
+    # workers whose schema is current never need it (it was ~0.2-0.6 s of every CLI start).
+    from sqlalchemy import MetaData, Table
+
 log = logging.getLogger(__name__)
-_DIALECT = postgresql.dialect()
+
+
+@cache
+def _dialect() -> Any:
+    from sqlalchemy.dialects import postgresql
+
+    return postgresql.dialect()
 
 
 def queue_table(name: str, metadata: MetaData | None = None) -> Table:
     """The ``delayed_queue`` table of internals.md under a (validated) configurable name."""
+    from sqlalchemy import BigInteger, Column, Index, LargeBinary, MetaData, String, Table
+
     validate_table_name(name)
     table = Table(
         name,
@@ -49,6 +60,8 @@ def queue_table(name: str, metadata: MetaData | None = None) -> Table:
 
 def bindings_table(queue_table_name: str, metadata: MetaData | None = None) -> Table:
     """Exchange bindings shared by every process, so routing does not depend on who declared."""
+    from sqlalchemy import BigInteger, Boolean, Column, Index, MetaData, String, Table
+
     table = Table(
         f"{queue_table_name}__bindings",
         metadata or MetaData(),
@@ -66,9 +79,11 @@ def bindings_table(queue_table_name: str, metadata: MetaData | None = None) -> T
 
 def ddl(table: Table) -> list[str]:
     """CREATE TABLE / CREATE INDEX statements for ``table``, idempotent."""
-    statements = [str(CreateTable(table, if_not_exists=True).compile(dialect=_DIALECT))]
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    statements = [str(CreateTable(table, if_not_exists=True).compile(dialect=_dialect()))]
     statements += [
-        str(CreateIndex(index, if_not_exists=True).compile(dialect=_DIALECT))
+        str(CreateIndex(index, if_not_exists=True).compile(dialect=_dialect()))
         for index in sorted(table.indexes, key=lambda i: str(i.name))
     ]
     return statements
@@ -149,11 +164,48 @@ def migrate(db: Database, table: str) -> list[int]:
     return db.run(work)
 
 
+def applied_versions(db: Database, table: str) -> set[int]:
+    """Versions the ledger records for ``table``, read-only (no ledger yet: none)."""
+    try:
+        rows = db.fetchall(Queries(table)["migrations_applied"], {"table_name": table})
+    except SchemaMissing:
+        return set()
+    except PermissionDenied as exc:
+        raise PermissionDenied(
+            f"{exc}; every delayq role needs SELECT on {MIGRATIONS_TABLE} to check the schema "
+            "(see `delayq grants`)") from exc
+    return {int(r[0]) for r in rows}
+
+
+def missing_migrations(db: Database, table: str) -> list[Migration]:
+    """Registered migrations the ledger does not record for ``table``, in order."""
+    done = applied_versions(db, table)
+    return [m for m in MIGRATIONS if m.version not in done]
+
+
+def ensure_schema(db: Database, table: str) -> list[int]:
+    """What first use runs: read the ledger (needs only SELECT) and migrate only if something
+    is missing, so a role without DDL rights works once ``delayq migrate`` has run.
+
+    A role that cannot run the missing DDL gets :class:`SchemaMissing` naming the migrations
+    and the command to run as an admin, instead of "permission denied for schema public".
+    """
+    missing = missing_migrations(db, table)
+    if not missing:
+        return []
+    try:
+        return migrate(db, table)
+    except PermissionDenied as exc:
+        names = "; ".join(f"{m.version} ({m.description})" for m in missing)
+        raise SchemaMissing(
+            f"the schema of {table!r} is not current: missing migration(s) {names}. This role "
+            f"cannot apply them ({exc}); run `delayq migrate` as a role that may run DDL (the "
+            "tables' owner), see `delayq grants` and docs/operations.md"
+        ) from exc
+
+
 def current_version(db: Database, table: str) -> int:
-    q = Queries(table)
-    db.execute(q["migrations_ensure"])
-    rows = db.fetchall(q["migrations_applied"], {"table_name": table})
-    return max((r[0] for r in rows), default=0)
+    return max(applied_versions(db, table), default=0)
 
 
 def set_unlogged(db: Database, table: str, unlogged: bool) -> bool:

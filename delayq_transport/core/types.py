@@ -93,6 +93,10 @@ class KindStatus:
     redelivered: int
     oldest_due_lag_ms: int | None
     next_due_at_ms: int | None
+    #: "exact", or "at least" when the count stopped at its cap (see core/counts.py).
+    due_accuracy: str = "exact"
+    #: "exact", "estimate" (from PostgreSQL's statistics) or "at least" (capped, no statistics).
+    scheduled_accuracy: str = "exact"
 
     @property
     def next_due_at(self) -> datetime | None:

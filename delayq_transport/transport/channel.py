@@ -185,7 +185,8 @@ class DelayqChannel(virtual.Channel):
         return self.backend.queue.purge(self._kinds(queue))
 
     def _size(self, queue: str) -> int:
-        return self.backend.queue.count_waiting(self._kinds(queue))
+        """message_count: due rows only, exact up to a cap (docs/operations.md, "Counts")."""
+        return self.backend.queue.count_due(self._kinds(queue))
 
     def _new_queue(self, queue: str, auto_delete: bool = False, **kwargs: Any) -> None:
         if auto_delete:

@@ -38,7 +38,8 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
 * ``batch_size``: most messages taken per poll (default 100; capped by prefetch).
 * ``ack_flush_interval``: acks are deleted in batches at least this often (default 0.05).
 * ``priority_steps``: priority buckets (default ``[0, 3, 6, 9]``).
-* ``ensure_schema``: create/upgrade the schema on connect (default True).
+* ``ensure_schema``: on connect, read the migrations ledger and migrate only if a migration is
+  missing (default True); a DML-only role works once ``delayq migrate`` ran.
 * ``durable_publish``: a publish returns only once its row is flushed to disk (default
   False). Off, a publish returns once its row is committed, before the WAL flush: a clean
   PostgreSQL restart loses nothing, a PostgreSQL crash can lose the publishes of its last

@@ -138,3 +138,9 @@ def reject_once(self) -> None:
     record(self.request.id, "reject_once", rows_of(self.request.id), redelivered)
     if not redelivered:
         raise Reject("first delivery", requeue=True)
+
+
+if os.environ.get("DELAYQ_METRICS_PORT"):  # test_least_privilege_worker.py: the documented hook
+    from delayq_transport.metrics import install_celery_metrics
+
+    install_celery_metrics(app, port=int(os.environ["DELAYQ_METRICS_PORT"]))

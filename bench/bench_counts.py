@@ -1,0 +1,216 @@
+"""Counts at size (issue 10, part 4): kombu's queue size, ``delayq status`` and a metrics
+scrape against tables of 10k to 10M waiting rows, next to the exact counts they replaced.
+
+Each size is a table of far-future rows plus a block of due rows (a backlog larger than the
+count cap), loaded with generate_series. Every size is measured twice: with the planner
+statistics wiped (what a table looks like right after a Spark bulk load, before autovacuum's
+ANALYZE) and after ANALYZE. Operations run in interleaved rounds; medians are reported.
+
+    flock /tmp/delayq-bench.lock python bench/bench_counts.py --rows 10000 --rows 10000000
+
+``--reuse`` keeps the generated databases (``delayq_bench10b_counts_<rows>``) between runs
+(10M rows take minutes to load); without it they are dropped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+import psycopg
+from _common import (
+    DEFAULT_ADMIN_URL,
+    REPO_ROOT,
+    git_revision,
+    markdown_table,
+    replace_section,
+    url_for,
+    write_results,
+)
+from rich.console import Console
+
+from delayq_transport import Database, DelayedQueue, migrate
+from delayq_transport.core.health import check_health
+from delayq_transport.metrics import render
+
+console = Console()
+FAR_MS = 86_400_000  # far rows are due a day (plus their index in ms) after the load
+
+LOAD_SQL = """
+INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt", "scheduledAtInitially",
+                           "createdAt")
+SELECT lpad(g::text, 12, '0'), 'celery', '\\x00'::bytea, t, t, 0
+FROM generate_series(1, %(n)s) AS g,
+     LATERAL (SELECT CASE WHEN g <= %(due)s THEN now_ms - 1000 - g
+                          ELSE now_ms + %(far_ms)s + g END AS t
+              FROM (SELECT (extract(epoch FROM now()) * 1000)::bigint AS now_ms) AS c) AS s
+"""
+
+
+def _db_name(rows: int) -> str:
+    return f"delayq_bench10b_counts_{rows}"
+
+
+def build(admin_url: str, rows: int, due: int, reuse: bool) -> tuple[str, float | None]:
+    """The database for one size; returns (url, seconds spent loading or None if reused)."""
+    name = _db_name(rows)
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists and reuse:
+            return url_for(admin_url, name), None
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = url_for(admin_url, name)
+    with Database(url) as db:
+        migrate(db, "delayed_queue")
+    started = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE delayed_queue SET (autovacuum_enabled = false)")
+        conn.execute("ALTER TABLE delayed_queue DISABLE TRIGGER USER")
+        conn.execute(LOAD_SQL, {"n": rows + due, "due": due, "far_ms": FAR_MS})
+        conn.execute("ALTER TABLE delayed_queue ENABLE TRIGGER USER")
+    return url, time.perf_counter() - started
+
+
+def wipe_statistics(url: str) -> None:
+    """Back to "just bulk-loaded": no pg_statistic rows, reltuples unknown (superuser only)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM pg_statistic WHERE starelid = 'delayed_queue'::regclass")
+        conn.execute("UPDATE pg_class SET reltuples = -1, relpages = 0 "
+                     "WHERE oid = 'delayed_queue'::regclass")
+
+
+def analyze(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE delayed_queue")
+
+
+def cli_status_s(url: str) -> tuple[float, float]:
+    """Wall time of ``delayq status --json`` and of ``delayq --help`` (the import cost)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    times = []
+    for args in (["-d", url, "status", "--json"], ["--help"]):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "delayq_transport", *args], env=env, check=True,
+                       capture_output=True)
+        times.append(time.perf_counter() - started)
+    return times[0], times[1]
+
+
+def measure(url: str, rounds: int, with_exact: bool) -> dict[str, float]:
+    """Median milliseconds per operation over interleaved rounds."""
+    with DelayedQueue(url, kind="celery", ensure_schema=False) as q:
+        ops: dict[str, Callable[[], Any]] = {
+            "queue size (count_due)": lambda: q.count_due(),
+            "status (capped)": lambda: q.status(),
+            "health (catalogs)": lambda: check_health(q.db, "delayed_queue"),
+            "metrics scrape": lambda: render(q),
+        }
+        if with_exact:
+            ops["old queue size (count_waiting)"] = lambda: q.count_waiting()
+            ops["old status (exact)"] = lambda: q.status(exact=True)
+        samples: dict[str, list[float]] = {name: [] for name in ops}
+        for _ in range(rounds):
+            for name, op in ops.items():
+                started = time.perf_counter()
+                op()
+                samples[name].append((time.perf_counter() - started) * 1000)
+        return {name: statistics.median(v) for name, v in samples.items()}
+
+
+@click.command()
+@click.option("--admin-url", default=DEFAULT_ADMIN_URL, show_default=True)
+@click.option("--rows", "sizes", type=int, multiple=True, default=[10_000, 10_000_000],
+              show_default=True, help="Far-future rows per table (repeat the option)")
+@click.option("--due", type=int, default=200_000, show_default=True,
+              help="Due rows added to each table (at most a tenth of --rows)")
+@click.option("--rounds", type=int, default=5, show_default=True)
+@click.option("--exact-rounds", type=int, default=3, show_default=True,
+              help="Rounds that also time the old exact counts (seconds each at 10M rows)")
+@click.option("--reuse", is_flag=True, help="Keep and reuse the generated databases")
+def main(admin_url: str, sizes: tuple[int, ...], due: int, rounds: int, exact_rounds: int,
+         reuse: bool) -> None:
+    load_before = os.getloadavg()
+    results: list[dict[str, Any]] = []
+    try:
+        for rows in sizes:
+            n_due = min(due, rows // 10)
+            url, load_s = build(admin_url, rows, n_due, reuse)
+            console.print(f"{rows} far + {n_due} due rows ready (load {load_s or 0:.0f}s)")
+            for state, prepare in (("fresh load", wipe_statistics), ("analyzed", analyze)):
+                prepare(url)
+                medians = measure(url, exact_rounds, with_exact=True)
+                medians.update(measure(url, rounds, with_exact=False))
+                cli_s, import_s = cli_status_s(url)
+                medians["delayq status --json (process)"] = cli_s * 1000
+                medians["delayq --help (process: imports)"] = import_s * 1000
+                results.append({"rows": rows, "due": n_due, "state": state, "load_s": load_s,
+                                "median_ms": medians})
+                console.print(rows, state, {k: round(v, 1) for k, v in medians.items()})
+    finally:
+        if not reuse:
+            with psycopg.connect(admin_url, autocommit=True) as admin:
+                for rows in sizes:
+                    admin.execute(f'DROP DATABASE IF EXISTS "{_db_name(rows)}" WITH (FORCE)')
+    load_after = os.getloadavg()
+    data = {"revision": git_revision(), "loadavg_before": load_before,
+            "loadavg_after": load_after, "results": results}
+    write_results("counts", data)
+    render_section(data)
+
+
+def _rows_label(r: dict[str, Any]) -> str:
+    def short(n: int) -> str:
+        return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+    return f"{short(r['rows'])} + {short(r['due'])} due, {r['state']}"
+
+
+def render_section(data: dict[str, Any]) -> None:
+    """The docs/benchmarks.md section from a results document (also ``--render-only``)."""
+    results = data["results"]
+    ops = list(results[0]["median_ms"])
+    table = markdown_table(
+        ["operation (median ms)"] + [_rows_label(r) for r in results],
+        [[op] + [f"{r['median_ms'][op]:.1f}" for r in results] for op in ops],
+        "l" + "r" * len(results))
+    replace_section("counts", (
+        "## Counts at size (issue 10)\n\n"
+        "kombu's queue size (`message_count`, asked at every worker start), `delayq status` "
+        "and a Prometheus scrape against tables of far-future rows plus a due backlog (at or "
+        "above the count cap of 100,000 from 1M rows on), next to the exact counts they replaced "
+        f"(`bench/bench_counts.py`, revision {data['revision']}; load average "
+        f"{data['loadavg_before'][0]:.1f} before, {data['loadavg_after'][0]:.1f} after, other "
+        "engineers' work on the same 2 cores: absolute times are noisy). \"fresh load\": "
+        "planner statistics wiped, as right after a Spark bulk load; rows loaded with "
+        "generate_series.\n\n" + table + "\n\n"
+        "Reading it: every bounded count reads at most the cap's worth of index entries, so "
+        "from 1M rows on its time no longer grows with the table (the due backlog is at the "
+        "cap there); the exact counts grow linearly (1.0-4.7 s for the queue size, "
+        "4.1-7.5 s for status at 10M rows). *health* reads catalogs only. The two *process* "
+        "rows are wall times of a whole `python -m delayq_transport` run: on this loaded "
+        "machine the interpreter and imports alone (`delayq --help`) take ~1 s (`python -c pass` "
+        "alone took 0.4-0.7 s just after the run), the status queries ~0.1 s of it."))
+
+
+@click.command("render")
+def render_only() -> None:
+    """Rewrite the docs section from bench/results/counts.json without measuring."""
+    import json
+
+    from _common import RESULTS_DIR
+
+    render_section(json.loads((RESULTS_DIR / "counts.json").read_text()))
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--render-only"]:
+        render_only.main([], standalone_mode=True)
+    else:
+        main()

@@ -1,0 +1,187 @@
+"""``delayq tasks list|show|cancel|reschedule|run-now``: every waiting task is a row, so it can
+be listed, searched, shown, cancelled and moved. All work goes through
+:class:`delayq_transport.tasks.TaskService`; ``--json`` prints what the web API returns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from rich.table import Table
+
+from ..tasks import (
+    TaskFilter,
+    TaskService,
+    decode_cursor,
+    encode_cursor,
+    parse_duration,
+    parse_when,
+)
+from ..tasks.filters import STATES
+from .main import Context, console, register
+
+
+@contextmanager
+def _service(obj: Context, hide_args: bool = False) -> Iterator[TaskService]:
+    with obj.queue() as queue:
+        yield TaskService(queue, hide_args=hide_args)
+
+
+def _emit(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The list filters, shared by ``list`` and bulk ``cancel``."""
+    options = [
+        click.option("--queue", "-Q", help="Queue name (all its priority kinds) or a kind"),
+        click.option("--task", "-t", help="Task name; * and ? match like a shell glob"),
+        click.option("--state", type=click.Choice(STATES), help="Row state"),
+        click.option("--eta-after", help="ETA at or after this ISO time (naive = UTC)"),
+        click.option("--eta-before", help="ETA before this ISO time"),
+        click.option("--search", "-s", "text", help="Case-insensitive text in args/kwargs"),
+        click.option("--beat-entry", help="Occurrences installed by this beat entry"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _filter(**kw: Any) -> TaskFilter:
+    return TaskFilter.parse(kw["queue"], kw["task"], kw["state"], kw["eta_after"],
+                            kw["eta_before"], kw["text"], kw["beat_entry"])
+
+
+@click.group("tasks")
+def tasks_group() -> None:
+    """List, search, show, cancel and reschedule individual tasks."""
+
+
+@tasks_group.command("list")
+@filter_options
+@click.option("--limit", "-n", type=click.IntRange(1, 500), default=50, show_default=True)
+@click.option("--cursor", help="Continue after a previous page (printed at its end)")
+@click.option("--hide-args", is_flag=True, help="Do not show task arguments")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@click.pass_obj
+def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool, as_json: bool,
+             **kw: Any) -> None:
+    """Tasks sorted by ETA, one page at a time (keyset pagination: --cursor continues)."""
+    f = _filter(**kw)
+    with _service(obj, hide_args) as svc:
+        page = svc.list_page(f, decode_cursor(cursor), limit)
+    nxt = encode_cursor(*page.next_cursor) if page.next_cursor else None
+    if as_json:
+        _emit({"tasks": [v.as_dict() for v in page.items], "next_cursor": nxt,
+               "scanned": page.scanned, "partial": page.partial})
+        return
+    table = Table(title=f"{obj.table}: {len(page.items)} task(s), sorted by ETA (UTC)")
+    for col in ("id", "task id", "queue", "task", "eta", "state", "args"):
+        table.add_column(col, overflow="fold")
+    for v in page.items:
+        d = v.as_dict()
+        state = d["state"] + (" (redelivered)" if d["redelivered"] else "")
+        table.add_row(str(d["id"]), d["key"], d["queue"], d["task"] or "-",
+                      (d["eta"] or "")[:23].replace("T", " "), state, d["args_preview"])
+    console.print(table)
+    if page.partial:
+        console.print(f"scanned {page.scanned} rows without filling the page; more may match")
+    if nxt:
+        console.print(f"next page: --cursor {nxt}")
+
+
+@tasks_group.command("show")
+@click.argument("ident")
+@click.option("--hide-args", is_flag=True, help="Do not show task arguments")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
+    """One task by task id (or row id): the decoded message, row state and lease holder."""
+    with _service(obj, hide_args) as svc:
+        data = svc.find(ident).as_dict(full=True)
+    if as_json:
+        _emit(data)
+        return
+    message = data.pop("message") or {}
+    table = Table(show_header=False, title=f"task {data['key']}")
+    for name in ("id", "queue", "priority", "kind", "state", "redelivered", "eta",
+                 "scheduled_at", "created_at", "lease"):
+        table.add_row(name, str(data[name]))
+    for name in ("format", "task", "args", "kwargs", "eta", "expires", "retries"):
+        table.add_row(f"message.{name}", json.dumps(message.get(name), default=str))
+    table.add_row("message.headers", json.dumps(message.get("headers"), indent=1, default=str))
+    console.print(table)
+
+
+def _done(as_json: bool, data: dict[str, Any], text: str) -> None:
+    _emit(data) if as_json else console.print(text)
+
+
+@tasks_group.command("cancel")
+@click.argument("ident", required=False)
+@filter_options
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before a bulk cancel")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def cancel_cmd(obj: Context, ident: str | None, yes: bool, as_json: bool, **kw: Any) -> None:
+    """Cancel one task (ID), or every waiting match of the filters (asks first).
+
+    A task a worker holds (in flight) is never cancelled: revoke it through Celery instead.
+    """
+    f = _filter(**kw)
+    given = any(v for v in kw.values())
+    with _service(obj) as svc:
+        if ident:
+            if given:
+                raise click.UsageError("give a task id or filters, not both")
+            result = svc.cancel(ident)
+            _done(as_json, vars(result), result.detail)
+            return
+        if not given:
+            raise click.UsageError("give a task id, or filters selecting what to cancel")
+        ids = [v.row.id for v in svc.iter_matching(f) if not v.row.held]
+        if not ids:
+            _done(as_json, {"matched": 0, "cancelled": 0}, "no waiting task matches")
+            return
+        if not yes and not click.confirm(f"cancel {len(ids)} waiting task(s)?"):
+            raise click.Abort()
+        done, held = svc.cancel_many(ids)
+    _done(as_json, {"matched": len(ids), "cancelled": done, "in_flight": held},
+          f"cancelled {done} task(s)" + (f"; {held} were taken by a worker meanwhile"
+                                         if held else ""))
+
+
+@tasks_group.command("reschedule")
+@click.argument("ident")
+@click.option("--at", "at", help="New ETA, ISO-8601 (naive = UTC)")
+@click.option("--in", "delay", help="New ETA from now: 90s, 15m, 2h, 1d")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def reschedule_cmd(obj: Context, ident: str, at: str | None, delay: str | None,
+                   as_json: bool) -> None:
+    """Move a waiting task to another time (its message's ETA moves with it)."""
+    if (at is None) == (delay is None):
+        raise click.UsageError("give exactly one of --at or --in")
+    with _service(obj) as svc:
+        result = (svc.reschedule(ident, parse_when(at, "--at")) if at is not None
+                  else svc.reschedule_in(ident, parse_duration(str(delay), "--in")))
+    _done(as_json, vars(result), result.detail)
+
+
+@tasks_group.command("run-now")
+@click.argument("ident")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def run_now_cmd(obj: Context, ident: str, as_json: bool) -> None:
+    """Make a waiting task due now: the next free worker runs it."""
+    with _service(obj) as svc:
+        result = svc.run_now(ident)
+    _done(as_json, vars(result), result.detail)
+
+
+
+register(tasks_group)

@@ -1,0 +1,270 @@
+"""``DelayqBroker``: a Dramatiq broker whose messages are rows of the delayq table.
+
+Features
+========
+* Any delay (days, months): a delayed message is a row whose ``scheduledAt`` is its eta. A
+  worker only ever receives due messages; nothing is prefetched into memory before it is due,
+  and nothing is moved from a delay queue when it becomes due (no extra write, no duplicate).
+* Acks delete by (id, lock), in batches; nacks move the row to ``<queue>.XQ`` (dead letters,
+  kept ``dead_message_ttl`` ms, listable with :meth:`DelayqBroker.dead_letters_of`).
+* A delivered message is leased (``acquire_timeout``), the lease is extended while the worker
+  lives; a killed worker's messages come back when the lease lapses.
+* ``broker_priority`` (with ``max_priority``, as on RabbitMQ): higher is served first.
+* LISTEN/NOTIFY wake-ups: a sent message reaches an idle worker without a polling delay.
+
+Connection
+==========
+``DelayqBroker(url="postgresql://user@host/db")`` or ``DelayqBroker(database=Database(...))``;
+``DELAYQ_DATABASE_URL`` is used when neither is given.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from datetime import timedelta
+from typing import Any
+
+from dramatiq.broker import Broker, Consumer, MessageProxy
+from dramatiq.common import current_millis, dq_name
+from dramatiq.errors import QueueJoinTimeout, QueueNotFound
+from dramatiq.message import Message
+from dramatiq.middleware import Middleware
+
+from ..core import partitions
+from ..core.db import Database
+from ..core.errors import InvalidInput
+from ..core.queue import DelayedQueue
+from ..core.timeutil import from_ms
+from . import names
+from .consumer import DelayqConsumer, Hub, IdleConsumer
+
+DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
+DEFAULT_POLLING_INTERVAL_S = 5.0
+#: Dramatiq's default for dead letters (RabbitMQ and Redis brokers): 7 days, in ms.
+DEFAULT_DEAD_MESSAGE_TTL_MS = int(os.getenv("dramatiq_dead_message_ttl", 86400000 * 7))
+#: How often ``join`` looks at the row count.
+JOIN_POLL_S = 0.01
+#: Exceptions of dead-lettered messages kept per queue for ``join(fail_fast=True)``.
+FAILURES_KEPT = 100
+
+
+#: A dead-lettered message's exception as kept for ``join``: its type and arguments.
+Failure = tuple[type[BaseException], tuple[Any, ...]] | None
+
+
+def _failure(exc: BaseException | None) -> Failure:
+    return None if exc is None else (type(exc), exc.args)
+
+
+def _rebuild(failure: Failure) -> BaseException:
+    """The exception ``join(fail_fast=True)`` raises: same type and arguments."""
+    if failure is None:
+        return Exception("Message failed with unknown error")
+    kind, args = failure
+    try:
+        return kind(*args)
+    except Exception:
+        return Exception(f"{kind.__name__}{args!r}")
+
+
+class DelayqBroker(Broker):
+    """A Dramatiq broker on delayq's ``DelayedQueue`` (see the module docstring).
+
+    Parameters (durations in seconds unless named ``_ms`` as in Dramatiq):
+      url / database: where the table lives (a ``Database`` is shared, not closed).
+      table: the queue table (default ``delayed_queue``, shared with Celery's transport).
+      acquire_timeout: lease of a delivered message, extended every third of it while the
+        worker lives.
+      polling_interval: fallback poll when no notification arrives.
+      dead_message_ttl: how long dead letters are kept, in ms (Dramatiq's unit).
+      max_priority: accept ``broker_priority`` 0..max_priority (at most 9), highest first.
+      durable_publish: a send returns only once its row is flushed to disk (default False:
+        once committed, like Redis' default persistence; a PostgreSQL crash may lose the sends
+        of its last ~0.6 s). Acks and leases never wait for the flush (a crash can only
+        redeliver).
+      fail_fast_default: ``join`` raises the exception of a message dead-lettered in this
+        process (StubBroker's behaviour, for tests).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        database: Database | None = None,
+        table: str = "delayed_queue",
+        middleware: list[Middleware] | None = None,
+        acquire_timeout: float = DEFAULT_ACQUIRE_TIMEOUT_S,
+        polling_interval: float = DEFAULT_POLLING_INTERVAL_S,
+        dead_message_ttl: int = DEFAULT_DEAD_MESSAGE_TTL_MS,
+        max_priority: int | None = None,
+        durable_publish: bool = False,
+        fail_fast_default: bool = False,
+        namespace: str = names.NAMESPACE,
+        ensure_schema: bool = True,
+        pool_size: int = 8,
+    ) -> None:
+        super().__init__(middleware=middleware)
+        if max_priority is not None and not 0 <= max_priority < names.MAX_PRIORITY_LEVELS:
+            raise ValueError(f"max_priority must be 0..{names.MAX_PRIORITY_LEVELS - 1}")
+        self.queues: dict[str, None] = {}
+        self.table = table
+        self.namespace = namespace
+        self.max_priority = max_priority or 0
+        self.polling_interval = float(polling_interval)
+        self.lease_s = float(acquire_timeout)
+        self.dead_message_ttl_s = dead_message_ttl / 1000
+        self.durable_publish = durable_publish
+        self.fail_fast_default = fail_fast_default
+        self._owns_db = database is None
+        if database is None:
+            url = url or os.environ.get("DELAYQ_DATABASE_URL")
+            if not url:
+                raise InvalidInput("DelayqBroker needs url=, database= or DELAYQ_DATABASE_URL")
+            database = Database(url, max_size=pool_size)
+        self.db = database
+        self.queue = DelayedQueue(database, kind=f"{namespace}:", table=table,
+                                  acquire_timeout=timedelta(seconds=acquire_timeout),
+                                  ensure_schema=ensure_schema, relaxed_consumer_commits=True)
+        self._kind_queues: dict[str, DelayedQueue] = {}
+        self._failures: defaultdict[str, deque[Failure]] = defaultdict(
+            lambda: deque(maxlen=FAILURES_KEPT))
+        self._lock = threading.Lock()
+        self.hub = Hub(self)
+
+    # -- names ------------------------------------------------------------------------
+
+    def kinds_of(self, queue_name: str) -> list[str]:
+        return names.kinds_for(queue_name, self.max_priority, self.namespace)
+
+    def dead_letter_kind(self, queue_name: str) -> str:
+        return names.dead_letter_kind(queue_name, self.namespace)
+
+    def _queue_of(self, kind: str) -> DelayedQueue:
+        q = self._kind_queues.get(kind)
+        if q is None:
+            q = self._kind_queues[kind] = self.queue.with_kind(kind)
+        return q
+
+    # -- the Broker API ------------------------------------------------------------------
+
+    def declare_queue(self, queue_name: str) -> None:
+        """Queues need no storage of their own: declaring only starts the worker's consumers."""
+        queue_name = names.canonical(queue_name)
+        if queue_name in self.queues:
+            return
+        for kind in (*self.kinds_of(queue_name), self.dead_letter_kind(queue_name)):
+            if len(kind) > 100:
+                raise InvalidInput(f"queue name too long for delayq: {queue_name!r}")
+        self.emit_before("declare_queue", queue_name)
+        self.queues[queue_name] = None
+        self.emit_after("declare_queue", queue_name)
+        delayed = dq_name(queue_name)
+        self.delay_queues.add(delayed)
+        self.emit_after("declare_delay_queue", delayed)
+
+    def enqueue(self, message: Message, *, delay: int | None = None) -> Message:
+        """Store ``message``; with ``delay`` (ms, any size) its row becomes due at the eta."""
+        queue_name = names.canonical(message.queue_name)
+        eta: int | None = None
+        if delay is not None:
+            eta = current_millis() + int(delay)
+            message = message.copy(queue_name=dq_name(queue_name), options={"eta": eta})
+        elif message.queue_name.endswith(".DQ") and isinstance(message.options.get("eta"), int):
+            eta = message.options["eta"]
+        if queue_name not in self.queues:
+            raise QueueNotFound(queue_name)
+        priority = self._priority(message)
+        self.emit_before("enqueue", message, delay)
+        key = f"{message.message_id}.{uuid.uuid4().hex[:12]}"
+        self._queue_of(names.kind_for(queue_name, priority, self.namespace)).offer(
+            key, message.encode(), None if eta is None else from_ms(eta), can_update=False,
+            durable=self.durable_publish)
+        self.emit_after("enqueue", message, delay)
+        return message
+
+    def _priority(self, message: Message) -> int:
+        value = message.options.get("broker_priority")
+        if value is None or not self.max_priority:
+            return 0
+        if not isinstance(value, int) or not 0 <= value <= self.max_priority:
+            raise ValueError(f"broker_priority must be an int 0..{self.max_priority}: {value!r}")
+        return value
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 30000) -> Consumer:
+        if names.canonical(queue_name) not in self.queues:
+            raise QueueNotFound(queue_name)
+        if queue_name.endswith(".DQ"):
+            return IdleConsumer(timeout)
+        return DelayqConsumer(self, queue_name, prefetch, timeout)
+
+    def flush(self, queue_name: str) -> None:
+        """Drop the waiting messages of a queue, due and delayed (``q`` and ``q.DQ`` alike:
+        a delayed message is a row of its queue); messages being processed stay."""
+        self.queue.purge(self.kinds_of(queue_name))
+
+    def flush_all(self) -> None:
+        """Drop the waiting messages and the dead letters of every declared queue."""
+        kinds = [k for q in self.queues for k in (*self.kinds_of(q), self.dead_letter_kind(q))]
+        if kinds:
+            self.queue.purge(kinds)
+        self._failures.clear()
+
+    def join(self, queue_name: str, *, timeout: int | None = None,
+             fail_fast: bool | None = None) -> None:
+        """Wait until the queue has no row left: due, delayed or being processed."""
+        queue_name = names.canonical(queue_name)
+        if queue_name not in self.queues:
+            raise QueueNotFound(queue_name)
+        deadline = None if timeout is None else time.monotonic() + timeout / 1000
+        kinds = self.kinds_of(queue_name)
+        while partitions.count_all(self.queue, kinds):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise QueueJoinTimeout(queue_name)
+            self.hub.flush()
+            time.sleep(JOIN_POLL_S)
+        if fail_fast if fail_fast is not None else self.fail_fast_default:
+            for failure in list(self._failures[queue_name]):
+                raise _rebuild(failure) from None
+
+    def close(self) -> None:
+        """Release what any consumer of this broker still holds, stop the hub."""
+        for consumer in self.hub.consumers():
+            consumer.close()
+        self.hub.stop()
+        if self._owns_db:
+            self.db.close()
+
+    # -- dead letters -------------------------------------------------------------------
+
+    def record_failure(self, queue_name: str, message: MessageProxy,
+                       exc: BaseException | None) -> None:
+        """Remember a dead-lettered message's exception for ``join(fail_fast=True)``.
+
+        Only its type and arguments are kept (the exception is rebuilt when raised): holding
+        the exception would keep its traceback's frames alive for the broker's lifetime.
+        """
+        self._failures[names.canonical(queue_name)].append(_failure(exc))
+
+    def dead_letters_of(self, queue_name: str, limit: int = 100) -> list[Message]:
+        """Dead-lettered messages of a queue, newest first, as they were when they failed."""
+        rows = partitions.list_kinds(self.queue, [self.dead_letter_kind(queue_name)], limit)
+        return [Message.decode(r.payload) for r in rows]
+
+    @property
+    def dead_letters(self) -> list[Message]:
+        """Dead letters of every declared queue (StubBroker's attribute, read from the table)."""
+        return [m for q in sorted(self.queues) for m in self.dead_letters_of(q)]
+
+    def expire_dead_letters(self) -> int:
+        """Delete dead letters whose retention ended (the hub does it every minute)."""
+        return partitions.expire(self.queue, [self.dead_letter_kind(q) for q in self.queues])
+
+    def stats(self, queue_name: str) -> dict[str, Any]:
+        """Rows of a queue (due, delayed and in flight together) and its dead letters."""
+        return {"messages": partitions.count_all(self.queue, self.kinds_of(queue_name)),
+                "dead_letters": partitions.count_all(self.queue,
+                                                     [self.dead_letter_kind(queue_name)])}

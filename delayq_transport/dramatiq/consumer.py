@@ -1,0 +1,391 @@
+"""Dramatiq consumers on the queue core, and the one background thread they share per broker.
+
+A consumer hands the worker only rows that are due: ``DelayedQueue.poll`` acquires up to the
+prefetch room in one statement and also returns when the next row of its kinds is due. Between
+polls a consumer sleeps on an event that the :class:`Hub` sets when a NOTIFY says one of its
+kinds has a due row, and it wakes by itself at that next due time (leases included, so a dead
+worker's messages come back when their lease lapses). The hub also deletes acked rows in
+batches, extends the lease of every row a consumer still holds, and expires dead letters.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from dramatiq.broker import Consumer, MessageProxy
+from dramatiq.errors import DecodeError
+from dramatiq.message import Message
+
+from ..core import partitions
+from ..core.errors import DatabaseError, DatabaseUnavailable
+from ..core.listen import Listener
+from ..core.types import Envelope
+from .names import PERIODIC_OPTION, canonical
+
+if TYPE_CHECKING:
+    from .broker import DelayqBroker
+
+log = logging.getLogger(__name__)
+
+#: How often the hub deletes acked rows (one statement per consumer with acks pending).
+ACK_FLUSH_INTERVAL_S = 0.02
+#: How often dead letters past their retention are deleted.
+EXPIRE_INTERVAL_S = 60.0
+#: After a timer finds nothing due (host and database clocks differ slightly), look again soon.
+SKEW_RETRY_S = 0.005
+#: A busy consumer (messages in flight) answers notifications at most this often: under a
+#: stream of sends every send notifies every worker process, and polling once per message per
+#: process spent the database's CPU that the producers needed. An idle consumer polls at once.
+BUSY_POLL_GAP_S = 0.005
+
+
+class DelayqMessageProxy(MessageProxy):
+    """A delivered message; ``envelope`` is the row it came from (its id and lock)."""
+
+    def __init__(self, message: Message, envelope: Envelope) -> None:
+        super().__init__(message)
+        self.envelope = envelope
+
+
+class DelayqConsumer(Consumer):
+    """Iterates over the due messages of one queue (all its priority kinds)."""
+
+    def __init__(self, broker: DelayqBroker, queue_name: str, prefetch: int, timeout_ms: int):
+        self.broker = broker
+        self.queue_name = queue_name
+        self.kinds = broker.kinds_of(queue_name)
+        self.prefetch = max(int(prefetch), 1)
+        self.timeout_s = max(timeout_ms, 0) / 1000
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._buffer: deque[Envelope] = deque()
+        self._outstanding = 0          # buffered + handed to the worker, not yet acked
+        self._held: dict[str, int] = {}  # lock -> deliveries still held under it
+        self._handed: dict[int, Envelope] = {}  # row id -> handed to the worker, not settled
+        self._pending_acks: list[Envelope] = []
+        self._wanted = True            # poll at once (start-up, a notification, a full poll)
+        self._next_due_ms: float | None = None
+        self._last_poll = 0.0
+        self._closed = False
+        broker.hub.register(self)
+
+    # -- the iterator the ConsumerThread drives -------------------------------------------
+
+    def __next__(self) -> MessageProxy | None:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            env = self._next_buffered()
+            if env is not None:
+                proxy = self._proxy(env)
+                if proxy is not None:
+                    return proxy
+                continue
+            if self._should_poll() and self._poll():
+                continue
+            wait = self._wait_s(deadline)
+            if wait <= 0:
+                return None
+            self.event.wait(wait)
+            self.event.clear()
+
+    def _next_buffered(self) -> Envelope | None:
+        with self._lock:
+            if not self._buffer:
+                return None
+            env = self._buffer.popleft()
+            self._handed[env.id] = env
+            return env
+
+    def _room(self) -> int:
+        with self._lock:
+            return self.prefetch - self._outstanding
+
+    def _should_poll(self) -> bool:
+        room = self._room()
+        if self._closed or room <= 0:
+            return False
+        since = time.monotonic() - self._last_poll
+        if self._wanted and (room == self.prefetch or since >= BUSY_POLL_GAP_S):
+            return True
+        if since >= self.broker.polling_interval:
+            return True
+        due = self._next_due_ms
+        return due is not None and due <= time.time() * 1000
+
+    def _poll(self) -> bool:
+        room = self._room()
+        self._wanted = False
+        self._last_poll = time.monotonic()
+        envs, next_due = self.broker.queue.poll(room, self.kinds)
+        self._next_due_ms = next_due
+        if not envs:
+            return False
+        self._wanted = len(envs) >= room  # a full batch: more may be due already
+        with self._lock:
+            self._buffer.extend(envs)
+            self._outstanding += len(envs)
+            lock = envs[0].lock
+            self._held[lock] = self._held.get(lock, 0) + len(envs)
+        return True
+
+    def _wait_s(self, deadline: float) -> float:
+        now = time.monotonic()
+        wait = min(deadline - now, self.broker.polling_interval - (now - self._last_poll))
+        if self._wanted:  # a busy consumer holding back a notification (BUSY_POLL_GAP_S)
+            wait = min(wait, max(BUSY_POLL_GAP_S - (now - self._last_poll), 0.0005))
+        due = self._next_due_ms
+        if due is not None and self._room() > 0:
+            wait = min(wait, max((due - time.time() * 1000) / 1000, SKEW_RETRY_S))
+        return min(wait, deadline - now)
+
+    def _proxy(self, env: Envelope) -> DelayqMessageProxy | None:
+        """Decode a row; a delayed one is handed over as the due message it now is."""
+        try:
+            message = Message.decode(env.payload)
+        except DecodeError as exc:
+            log.error("delayq: undecodable Dramatiq message in row %s, dead-lettering it: %s",
+                      env.id, exc)
+            self._dead_letter([env], [None])
+            return None
+        if message.queue_name != canonical(message.queue_name) or "eta" in message.options:
+            options = {k: v for k, v in message.options.items() if k != "eta"}
+            message = Message(canonical(message.queue_name), message.actor_name, message.args,
+                              message.kwargs, options, message.message_id,
+                              message.message_timestamp)
+        if PERIODIC_OPTION in message.options and self._misfired(env, message):
+            self._release_slot(env)
+            self._pending(env)
+            return None
+        return DelayqMessageProxy(message, env)
+
+    def _misfired(self, env: Envelope, message: Message) -> bool:
+        from delayq_beat.misfire import HEADER, drop_misfired
+
+        header = {"headers": {HEADER: message.options[PERIODIC_OPTION]}}
+        return drop_misfired(self.broker.queue, env.kind, header)
+
+    # -- ack / nack / requeue (called from worker threads) --------------------------------
+
+    def ack(self, message: MessageProxy) -> None:
+        env = _envelope(message)
+        self._release_slot(env)
+        self._pending(env)
+
+    def nack(self, message: MessageProxy) -> None:
+        env = _envelope(message)
+        exc = getattr(message, "_exception", None)
+        self._dead_letter([env], [message._message.encode()])
+        self.broker.record_failure(self.queue_name, message, exc)
+
+    def requeue(self, messages: Iterable[MessageProxy]) -> None:
+        envs = [_envelope(m) for m in messages]
+        for env in envs:
+            self._release_slot(env)
+        if envs:
+            self.broker.queue.release(envs)
+
+    def _dead_letter(self, envs: list[Envelope], payloads: list[bytes | None]) -> None:
+        for env in envs:
+            self._release_slot(env)
+        partitions.dead_letter(self.broker.queue, envs, self.broker.dead_letter_kind(
+            self.queue_name), self.broker.dead_message_ttl_s, payloads)
+
+    def _pending(self, env: Envelope) -> None:
+        with self._lock:
+            self._pending_acks.append(env)
+
+    def _release_slot(self, env: Envelope) -> None:
+        with self._lock:
+            if self._handed.pop(env.id, None) is None:
+                return  # settled already (a second ack/nack of the same delivery)
+            self._outstanding -= 1
+            left = self._held.get(env.lock, 0) - 1
+            if left > 0:
+                self._held[env.lock] = left
+            else:
+                self._held.pop(env.lock, None)
+        self.event.set()
+
+    # -- called by the hub ------------------------------------------------------------------
+
+    def flush_acks(self) -> None:
+        with self._lock:
+            acks, self._pending_acks = self._pending_acks, []
+        if acks:
+            try:
+                self.broker.queue.ack_many(acks)
+            except BaseException:
+                with self._lock:
+                    self._pending_acks[:0] = acks  # retried on the next flush
+                raise
+
+    def held_locks(self) -> set[str]:
+        with self._lock:
+            return set(self._held)
+
+    def notify(self, at_ms: int | None) -> None:
+        """A row of our kinds became available (``None``: poll now, notifications were lost)."""
+        if at_ms is None or at_ms <= time.time() * 1000:
+            self._wanted = True
+        elif self._next_due_ms is None or at_ms < self._next_due_ms:
+            self._next_due_ms = at_ms
+        self.event.set()
+
+    def close(self) -> None:
+        """Delete what was acked, give back everything else still held.
+
+        Dramatiq closes a consumer after its worker threads stopped and requeued their work,
+        so a delivery still unsettled here was never going to be processed by this consumer.
+        """
+        self._closed = True
+        try:
+            self.flush_acks()
+            with self._lock:
+                held = [*self._buffer, *self._handed.values()]
+                self._buffer.clear()
+                self._handed.clear()
+                self._outstanding = 0
+                self._held.clear()
+            if held:
+                self.broker.queue.release(held)
+        finally:
+            self.broker.hub.unregister(self)
+
+
+class IdleConsumer(Consumer):
+    """The consumer of a ``<queue>.DQ`` delay queue: always empty.
+
+    Dramatiq's worker starts one per queue; delayed messages are rows of the queue itself that
+    become due at their eta, so there is nothing here to move and no database traffic.
+    """
+
+    def __init__(self, timeout_ms: int) -> None:
+        self.timeout_s = max(timeout_ms, 0) / 1000
+        self._closed = threading.Event()
+
+    def __next__(self) -> MessageProxy | None:
+        self._closed.wait(self.timeout_s)
+        return None
+
+    def ack(self, message: MessageProxy) -> None:  # pragma: no cover - never delivers
+        raise RuntimeError("the delay-queue consumer of delayq delivers nothing")
+
+    nack = ack
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+def _envelope(message: MessageProxy) -> Envelope:
+    env = getattr(message, "envelope", None)
+    if not isinstance(env, Envelope):
+        raise TypeError(f"not a message delivered by the delayq broker: {message!r}")
+    return env
+
+
+class Hub:
+    """One thread per broker: LISTEN wake-ups, batched acks, lease extension, retention."""
+
+    def __init__(self, broker: DelayqBroker) -> None:
+        self.broker = broker
+        self._consumers: set[DelayqConsumer] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listener: Listener | None = None
+
+    def register(self, consumer: DelayqConsumer) -> None:
+        with self._lock:
+            self._consumers.add(consumer)
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._run, name="delayq-dramatiq-hub",
+                                                daemon=True)
+                self._thread.start()
+
+    def unregister(self, consumer: DelayqConsumer) -> None:
+        with self._lock:
+            self._consumers.discard(consumer)
+
+    def consumers(self) -> list[DelayqConsumer]:
+        with self._lock:
+            return list(self._consumers)
+
+    def _run(self) -> None:
+        next_lease = next_expire = 0.0
+        try:
+            while not self._stop.is_set():
+                notes = self._wait_notes(ACK_FLUSH_INTERVAL_S)
+                if notes is None or notes:
+                    self._dispatch(notes)
+                now = time.monotonic()
+                try:
+                    self._flush_acks()
+                    if now >= next_lease:
+                        next_lease = now + self.broker.lease_s / 3
+                        self._extend_leases()
+                    if now >= next_expire:
+                        next_expire = now + EXPIRE_INTERVAL_S
+                        self.broker.expire_dead_letters()
+                except (DatabaseUnavailable, DatabaseError) as exc:
+                    log.warning("delayq: maintenance failed, will retry: %s", exc)
+        finally:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+
+    def _wait_notes(self, timeout_s: float) -> list[tuple[str, int]] | None:
+        """Notifications within ``timeout_s``; None when they may have been lost (a new or
+        re-established LISTEN connection): every consumer then polls once."""
+        listener = self._listener
+        if listener is None or listener.closed:
+            try:
+                self._listener = Listener(self.broker.db, self.broker.queue.queries)
+            except DatabaseUnavailable as exc:
+                log.warning("delayq: LISTEN unavailable, polling until it is back: %s", exc)
+                self._stop.wait(timeout_s)
+            return None
+        try:
+            listener.wait(timeout_s)
+            return listener.drain()
+        except DatabaseUnavailable as exc:
+            log.warning("delayq: %s; reconnecting", exc)
+            listener.close()
+            self._listener = None
+            return None
+
+    def _dispatch(self, notes: list[tuple[str, int]] | None) -> None:
+        for consumer in self.consumers():
+            if notes is None:
+                consumer.notify(None)
+                continue
+            mine = [at for kind, at in notes if kind in consumer.kinds]
+            if mine:
+                consumer.notify(min(mine))
+
+    def _flush_acks(self) -> None:
+        for consumer in self.consumers():
+            consumer.flush_acks()
+
+    def _extend_leases(self) -> None:
+        locks: set[str] = set()
+        for consumer in self.consumers():
+            locks |= consumer.held_locks()
+        if locks:
+            self.broker.queue.extend_lease(locks)
+
+    def flush(self) -> None:
+        """Delete every pending ack now (``join`` calls it so it does not wait for the timer)."""
+        self._flush_acks()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        self._flush_acks()

@@ -1,0 +1,220 @@
+"""Periodic Dramatiq actors: cron expressions or intervals, time-zone aware, exactly once.
+
+    @periodic(cron="30 7 * * mon-fri", tz="Europe/Paris")
+    @dramatiq.actor
+    def morning_report(): ...
+
+Occurrences are installed ahead of time (an hour by default, at least three) as ordinary
+Dramatiq messages whose rows are due at the occurrence, through delayq_beat's installer and
+``CronService``: keys are ``<entry>/<config hash>/<epoch ms>``, so any number of schedulers (a
+thread in every worker process with :class:`PeriodicMiddleware`, or separate processes running
+:class:`PeriodicScheduler`) install each occurrence exactly once, and installed occurrences run
+while every scheduler is down. Changing an entry (schedule, zone, args, options) changes its
+hash and replaces its future occurrences; removing it uninstalls them at the next refresh.
+delayq_beat's misfire policy applies (``misfire="coalesce"`` by default, ``"run_all"``,
+``"skip"``; ``grace`` seconds).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import dramatiq
+from dramatiq.middleware import Middleware
+
+from delayq_beat import misfire as beat_misfire
+from delayq_beat.entries import EntrySpec, make_spec, parse_crontab
+from delayq_beat.installer import (
+    Installer,
+    Plan,
+    RefreshReport,
+    Route,
+    Settings,
+    occurrence_task_id,
+)
+
+from ..core.cron import cron_key
+from ..core.errors import InvalidInput
+from ..core.timeutil import to_ms
+from . import names
+from .broker import DelayqBroker
+from .ledger import DramatiqLedger
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REFRESH_S = 60.0
+DEFAULT_HORIZON_S = 3600.0
+
+
+@dataclass(frozen=True)
+class PeriodicEntry:
+    """One periodic actor: its delayq_beat entry and the zone its schedule is read in."""
+
+    spec: EntrySpec
+    zone: tzinfo
+    actor: dramatiq.Actor[Any, Any]
+
+
+#: Every entry declared with :func:`periodic` in this process, by entry name.
+REGISTRY: dict[str, PeriodicEntry] = {}
+
+
+def periodic(
+    *,
+    cron: str | None = None,
+    every: timedelta | float | None = None,
+    tz: str | tzinfo = "UTC",
+    args: Iterable[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    misfire: str = "coalesce",
+    grace: float = 60.0,
+    **options: Any,
+) -> Any:
+    """Declare a Dramatiq actor periodic (put it above ``@dramatiq.actor``).
+
+    ``cron``: five fields ``minute hour day-of-month month day-of-week`` read in ``tz``
+    (Celery crontab semantics, DST handled as delayq_beat documents); ``every``: seconds or a
+    timedelta, aligned on the epoch so every scheduler agrees. ``options`` become the
+    messages' options (``max_retries``, ``time_limit``, ``broker_priority``, ...).
+    """
+    if (cron is None) == (every is None):
+        raise InvalidInput("periodic() needs exactly one of cron= or every=")
+    zone = ZoneInfo(tz) if isinstance(tz, str) else tz
+    schedule: object = parse_crontab(cron) if cron is not None else every
+
+    def decorate(actor: dramatiq.Actor[Any, Any]) -> dramatiq.Actor[Any, Any]:
+        entry = name or f"{names.NAMESPACE}:{actor.actor_name}"
+        spec = make_spec(entry, actor.actor_name, schedule, tuple(args), dict(kwargs or {}),
+                         {**options, "queue": actor.queue_name, "delayq_misfire": misfire,
+                          "delayq_grace": grace}, source="dramatiq")
+        REGISTRY[entry] = PeriodicEntry(spec, zone, actor)
+        return actor
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class _Route(Route):
+    """An entry's Dramatiq queue kind (priority from ``broker_priority``)."""
+
+    namespace: str = names.NAMESPACE
+
+    @property
+    def kind(self) -> str:
+        return names.kind_for(self.queue, self.priority or 0, self.namespace)
+
+
+class _Installer(Installer):
+    """delayq_beat's installer, writing Dramatiq messages in each entry's own time zone."""
+
+    def __init__(self, broker: DelayqBroker, settings: Settings,
+                 entries: Mapping[str, PeriodicEntry]) -> None:
+        store = DramatiqLedger(broker.db, broker.table, ensure_schema=True)
+        super().__init__(broker.queue, store, UTC, settings, route=self._route_of)
+        self.broker = broker
+        self.entries = entries
+
+    def _route_of(self, spec: EntrySpec) -> Route:
+        priority = spec.options.get("broker_priority") or 0
+        return _Route(str(spec.options["queue"]), priority=int(priority),
+                      namespace=self.broker.namespace)
+
+    def zone_for(self, spec: EntrySpec) -> tzinfo:
+        entry = self.entries.get(spec.name)
+        return entry.zone if entry is not None else self.zone
+
+    def _message(self, plan: Plan, at: datetime) -> dict[str, Any]:
+        """A Dramatiq message (JSON fields) with a deterministic id: uuid5 of its row key."""
+        spec = plan.spec
+        key = cron_key(plan.prefix, plan.hash, at)
+        at_ms = to_ms(at)
+        options = {k: v for k, v in spec.options.items() if k != "queue"}
+        options[names.PERIODIC_OPTION] = beat_misfire.occurrence_header(
+            spec.name, plan.prefix, plan.hash, at_ms, spec.misfire, int(spec.grace_s * 1000))
+        return {"queue_name": plan.route.queue, "actor_name": spec.task,
+                "args": list(spec.args), "kwargs": dict(spec.kwargs), "options": options,
+                "message_id": occurrence_task_id(key), "message_timestamp": at_ms}
+
+
+class PeriodicScheduler:
+    """Installs the periodic actors of one broker; run one anywhere, or several."""
+
+    def __init__(
+        self,
+        broker: DelayqBroker,
+        *,
+        refresh_interval: float = DEFAULT_REFRESH_S,
+        horizon: float = DEFAULT_HORIZON_S,
+        min_occurrences: int = 3,
+        entries: Mapping[str, PeriodicEntry] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.refresh_interval = refresh_interval
+        self._entries = entries
+        settings = Settings(refresh_interval=timedelta(seconds=refresh_interval),
+                            horizon=timedelta(seconds=horizon), min_occurrences=min_occurrences)
+        self.installer = _Installer(broker, settings, {})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def entries(self) -> dict[str, PeriodicEntry]:
+        """The registered entries whose actor is declared on this broker."""
+        if self._entries is not None:
+            return dict(self._entries)
+        return {n: e for n, e in REGISTRY.items() if e.actor.broker is self.broker}
+
+    def refresh(self) -> RefreshReport:
+        """One pass: install what is missing, replace what changed, remove what is gone."""
+        entries = self.entries()
+        self.installer.entries = entries
+        report = self.installer.refresh({n: e.spec for n, e in entries.items()})
+        if report.errors:
+            log.error("delayq periodic: entries skipped: %s", report.errors)
+        return report
+
+    def run_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception:
+                log.exception("delayq periodic: refresh failed; retrying in %.0fs",
+                              self.refresh_interval)
+            self._stop.wait(self.refresh_interval)
+
+    def start(self) -> PeriodicScheduler:
+        """Refresh in a daemon thread of this process."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self.run_forever, daemon=True,
+                                            name="delayq-dramatiq-periodic")
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class PeriodicMiddleware(Middleware):
+    """Runs a :class:`PeriodicScheduler` inside every worker process (no extra process)."""
+
+    def __init__(self, **scheduler_options: Any) -> None:
+        self.options = scheduler_options
+        self.scheduler: PeriodicScheduler | None = None
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if not isinstance(broker, DelayqBroker):
+            raise TypeError("PeriodicMiddleware needs the DelayqBroker")
+        self.scheduler = PeriodicScheduler(broker, **self.options).start()
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()

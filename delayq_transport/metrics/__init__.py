@@ -1,0 +1,21 @@
+"""Prometheus metrics of a delayq queue table, for autoscaling and alerts.
+
+:class:`DelayqCollector` reads the queue's counters and health on every scrape (bounded counts
+and catalogs only, so a scrape stays cheap on a table of 10M rows). Serve them with
+``delayq metrics --serve`` or from a Celery worker with :func:`install_celery_metrics`; metric
+names and example alert rules are in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+from .collector import METRIC_NAMES, DelayqCollector, render
+from .server import MetricsServer, install_celery_metrics, serve_metrics
+
+__all__ = [
+    "METRIC_NAMES",
+    "DelayqCollector",
+    "MetricsServer",
+    "install_celery_metrics",
+    "render",
+    "serve_metrics",
+]

@@ -1,0 +1,134 @@
+"""The collector: one scrape = one bounded ``status`` and one catalog health read."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from ..core.counts import COUNT_CAP
+from ..core.health import Health, check_health
+from ..core.queue import DelayedQueue
+from ..core.types import KindStatus
+from ..transport.message import queue_of_kind
+
+log = logging.getLogger(__name__)
+
+#: name -> help text; every series carries a ``table`` label, queue series ``queue`` and
+#: ``priority`` (the kombu queue and its priority bucket).
+METRIC_NAMES: dict[str, str] = {
+    "delayq_up": "1 if the last scrape could read the database, else 0",
+    "delayq_scrape_duration_seconds": "Time the last scrape took",
+    "delayq_count_cap": "Most rows one count reads; a ready count equal to it means at least",
+    "delayq_ready_messages": "Due rows waiting for a worker (kombu's message_count), capped",
+    "delayq_scheduled_messages": "Rows due later (exact below the cap, an estimate above)",
+    "delayq_in_flight_messages": "Rows delivered to a worker under a live lease",
+    "delayq_redelivered_messages": "Waiting rows that were delivered before (lease lapsed, "
+                                   "released or rejected)",
+    "delayq_oldest_ready_age_seconds": "How long the oldest due row has waited (0: none)",
+    "delayq_live_tuples": "Live rows of the queue table (cumulative statistics)",
+    "delayq_dead_tuples": "Dead rows of the queue table not yet vacuumed",
+    "delayq_relation_size_bytes": "Size of the queue table and of each index",
+    "delayq_relation_bloat_ratio": "Estimated free or dead share of a relation (pg_stats based)",
+    "delayq_xmin_horizon_age_seconds": "Age of the oldest transaction or snapshot holding back "
+                                       "cleanup (0: none)",
+    "delayq_xmin_horizon_age_xids": "Transaction ids the oldest horizon holder is behind",
+    "delayq_idle_in_transaction_sessions": "Sessions idle in transaction for over a second",
+    "delayq_idle_in_transaction_max_age_seconds": "Longest idle-in-transaction session",
+    "delayq_cleanup_blockers": "Holders of the xmin horizon by source (session, standby, "
+                               "replication_slot, prepared_transaction)",
+    "delayq_warnings": "Warnings `delayq status` shows, by level",
+}
+
+
+def _gauge(name: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, METRIC_NAMES[name], labels=labels)
+
+
+class DelayqCollector:
+    """A prometheus_client collector over one queue table (register it in any registry)."""
+
+    def __init__(self, queue: DelayedQueue, *, cap: int = COUNT_CAP) -> None:
+        self.queue = queue
+        self.cap = cap
+
+    def describe(self) -> list[Metric]:
+        return []  # registering must not query the database
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        table = self.queue.table
+        try:
+            rows = self.queue.status(cap=self.cap)
+            health = check_health(self.queue.db, table)
+            up = 1.0
+        except Exception as exc:  # a scrape reports failure as delayq_up 0, never raises
+            log.warning("delayq metrics: scrape of %s failed: %s", table, exc)
+            rows, health, up = [], None, 0.0
+        yield from self._queue_metrics(table, rows)
+        if health is not None:
+            yield from self._health_metrics(table, health)
+        for name, value in (("delayq_up", up),
+                            ("delayq_scrape_duration_seconds", time.perf_counter() - started),
+                            ("delayq_count_cap", float(self.cap))):
+            g = _gauge(name, ["table"])
+            g.add_metric([table], value)
+            yield g
+
+    def _queue_metrics(self, table: str, rows: list[KindStatus]) -> Iterator[Metric]:
+        labels = ["table", "queue", "priority"]
+        fields = {
+            "delayq_ready_messages": lambda r: r.due,
+            "delayq_scheduled_messages": lambda r: r.scheduled,
+            "delayq_in_flight_messages": lambda r: r.in_flight,
+            "delayq_redelivered_messages": lambda r: r.redelivered,
+            "delayq_oldest_ready_age_seconds": lambda r: (r.oldest_due_lag_ms or 0) / 1000,
+        }
+        for name, get in fields.items():
+            g = _gauge(name, labels)
+            for r in rows:
+                queue, priority = queue_of_kind(r.kind)
+                g.add_metric([table, queue, str(priority)], float(get(r)))
+            yield g
+
+    def _health_metrics(self, table: str, health: Health) -> Iterator[Metric]:
+        idle = [b.age_s or 0.0 for b in health.blockers if b.idle_in_transaction]
+        for name, value in (
+            ("delayq_live_tuples", health.live_tuples or 0),
+            ("delayq_dead_tuples", health.dead_tuples or 0),
+            ("delayq_xmin_horizon_age_seconds", health.horizon_age_s),
+            ("delayq_xmin_horizon_age_xids", health.horizon_age_xids),
+            ("delayq_idle_in_transaction_sessions", len(idle)),
+            ("delayq_idle_in_transaction_max_age_seconds", max(idle, default=0.0)),
+        ):
+            g = _gauge(name, ["table"])
+            g.add_metric([table], float(value))
+            yield g
+        size = _gauge("delayq_relation_size_bytes", ["table", "relation", "kind"])
+        bloat = _gauge("delayq_relation_bloat_ratio", ["table", "relation", "kind"])
+        for rel in health.relations:
+            size.add_metric([table, rel.name, rel.kind], float(rel.bytes))
+            if rel.bloat_ratio is not None:
+                bloat.add_metric([table, rel.name, rel.kind], rel.bloat_ratio)
+        yield size
+        yield bloat
+        blockers = _gauge("delayq_cleanup_blockers", ["table", "source"])
+        for source in ("session", "standby", "replication_slot", "prepared_transaction"):
+            n = sum(1 for b in health.blockers if b.source == source)
+            blockers.add_metric([table, source], float(n))
+        yield blockers
+        warnings = _gauge("delayq_warnings", ["table", "level"])
+        for level in ("warning", "critical"):
+            warnings.add_metric([table, level],
+                                float(sum(1 for w in health.warnings if w.level == level)))
+        yield warnings
+
+
+def render(queue: DelayedQueue, *, cap: int = COUNT_CAP) -> bytes:
+    """One scrape in the Prometheus text format (``delayq metrics`` without ``--serve``)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DelayqCollector(queue, cap=cap))
+    return generate_latest(registry)

@@ -1,0 +1,268 @@
+"""Real ``dramatiq`` CLI workers (processes and threads) on the delayq broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+pytest.importorskip("dramatiq")
+
+HERE = Path(__file__).parent
+REDIS_DB = "12"
+Runs = list[tuple[str, str, int, str, int, str, int]]
+RUNS_DDL = """CREATE TABLE IF NOT EXISTS dramatiq_runs (
+    id BIGSERIAL PRIMARY KEY, actor TEXT, tag TEXT, pid INT, message_id TEXT, retries INT,
+    phase TEXT DEFAULT 'done', ran_at_ms BIGINT DEFAULT (extract(epoch FROM clock_timestamp())
+    * 1000)::bigint)"""
+
+
+
+class DramatiqWorker:
+    """``dramatiq dramatiq_app``; its output goes to a log file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.log_path = log
+        self._log = open(log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dramatiq", "dramatiq_app", *args], cwd=HERE, env=env,
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        wait_for(lambda: "is ready for action" in self.log() or self.proc.poll() is not None,
+                 timeout, "worker start")
+        assert self.proc.poll() is None, self.log()[-3000:]
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self, graceful: bool = True) -> None:
+        try:
+            self.kill(signal.SIGTERM if graceful else signal.SIGKILL)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._log.close()
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def app_env(database_url: str) -> Iterator[dict[str, str]]:
+    import redis
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(RUNS_DDL)
+    env = dict(os.environ, DELAYQ_DATABASE_URL=database_url,
+               DELAYQ_REDIS_RESULTS=f"redis://127.0.0.1:6379/{REDIS_DB}",
+               PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent.parent),
+                                           os.environ.get("PYTHONPATH", "")]))
+    old = {k: os.environ.get(k) for k in ("DELAYQ_DATABASE_URL", "DELAYQ_REDIS_RESULTS")}
+    os.environ.update({k: env[k] for k in old})
+    client = redis.Redis.from_url(env["DELAYQ_REDIS_RESULTS"])
+    client.flushdb()
+    sys.path.insert(0, str(HERE))
+    try:
+        yield env
+    finally:
+        sys.path.remove(str(HERE))
+        app = sys.modules.pop("dramatiq_app", None)
+        if app is not None:
+            app.broker.close()
+    client.flushdb()
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def start_worker(app_env: dict[str, str],
+                 tmp_path: Path) -> Iterator[Callable[..., DramatiqWorker]]:
+    workers: list[DramatiqWorker] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> DramatiqWorker:
+        w = DramatiqWorker(list(args), dict(app_env, **(env or {})),
+                           tmp_path / f"worker-{len(workers)}.log")
+        workers.append(w)
+        w.wait_ready()
+        return w
+
+    yield start
+    for w in workers:
+        w.stop(graceful=False)  # the database is dropped anyway; SIGTERM costs ~5 s each
+
+
+@pytest.fixture
+def app(app_env: dict[str, str]) -> object:
+    """The app module imported here too (a fresh broker on this test's database), to send."""
+    import importlib
+
+    return importlib.import_module("dramatiq_app")
+
+
+def runs(url: str, actor: str | None = None) -> Runs:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT actor, tag, pid, message_id, retries, phase, ran_at_ms FROM dramatiq_runs "
+            "WHERE %(a)s::text IS NULL OR actor = %(a)s ORDER BY id", {"a": actor}).fetchall()
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def _row_count(url: str, sql: str, *params: object) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(sql, params).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.slow
+def test_worker_runs_queues_delays_retries_limits_callbacks_and_compositions(
+        app: object, start_worker: Callable[..., DramatiqWorker], database_url: str) -> None:
+    import dramatiq
+
+    a = app  # the module: actors and broker
+    broker = a.broker  # type: ignore[attr-defined]
+    start_worker("-p", "2", "-t", "2")
+    sent_at = time.time() * 1000
+    for i in range(40):
+        a.note.send(f"a{i}")  # type: ignore[attr-defined]
+        a.note_beta.send(f"b{i}")  # type: ignore[attr-defined]
+    a.note.send_with_options(args=("delayed",), delay=1500)  # type: ignore[attr-defined]
+    for days in (30, 90):  # far beyond Redis' 7-day limit: stored, not run
+        a.note.send_with_options(args=(f"d{days}",),  # type: ignore[attr-defined]
+                                 delay=int(timedelta(days=days).total_seconds() * 1000))
+    a.flaky.send("twice", 2)  # type: ignore[attr-defined]
+    a.too_slow.send("limit")  # type: ignore[attr-defined]
+    a.note.send_with_options(args=("too-old",), delay=800, max_age=100)  # type: ignore[attr-defined]
+    a.add.send_with_options(args=(2, 3), on_success=a.on_ok)  # type: ignore[attr-defined]
+    pipe = dramatiq.pipeline([a.add.message(1, 2), a.add.message(10)]).run()  # type: ignore[attr-defined]
+    grp = dramatiq.group([a.add.message(i, i) for i in range(5)]).run()  # type: ignore[attr-defined]
+
+    assert pipe.get_result(block=True, timeout=20_000) == 13
+    assert list(grp.get_results(block=True, timeout=20_000)) == [0, 2, 4, 6, 8]
+    broker.join("beta", timeout=20_000)
+    wait_for(lambda: len(runs(database_url, "note")) == 41, 20, "41 notes")
+    wait_for(lambda: len(runs(database_url, "flaky")) == 3, 20, "3 flaky runs")
+    wait_for(lambda: len(runs(database_url, "on_ok")) == 1, 20, "the on_success callback")
+
+    notes = runs(database_url, "note")
+    assert sorted(r[1] for r in notes) == sorted([f"a{i}" for i in range(40)] + ["delayed"])
+    delayed = next(r for r in notes if r[1] == "delayed")
+    assert delayed[6] >= sent_at + 1500  # never early
+    assert len(runs(database_url, "note_beta")) == 40
+    flaky = runs(database_url, "flaky")
+    assert [r[4] for r in flaky] == [0, 1, 2]  # Dramatiq's Retries, with its backoff:
+    assert all(b[6] - a_[6] >= 100 for a_, b in zip(flaky, flaky[1:], strict=False))
+    assert runs(database_url, "on_ok")[0][1] == "2"
+    # Long delays wait in the table as rows due at their eta.
+    for days in (30, 90):
+        assert _row_count(
+            database_url, 'SELECT count(*) FROM delayed_queue WHERE "pKind" = %s AND '
+            '"scheduledAt" BETWEEN %s AND %s AND "lockUuid" IS NULL', "dramatiq:alpha",
+            sent_at + days * 86_400_000 - 60_000, sent_at + days * 86_400_000 + 60_000) == 1
+    # TimeLimit and AgeLimit failures are dead letters, kept in the table under .XQ.
+    wait_for(lambda: len(broker.dead_letters_of("default")) == 1, 20, "time-limit dead letter")
+    wait_for(lambda: len(broker.dead_letters_of("alpha")) == 1, 20, "age-limit dead letter")
+    assert broker.dead_letters_of("default")[0].actor_name == "too_slow"
+    assert broker.dead_letters_of("alpha")[0].args == ("too-old",)
+    assert [r[5] for r in runs(database_url, "too_slow")] == ["start"]
+    # flush drops waiting messages, delayed ones included; flush_all the dead letters too.
+    broker.flush("alpha")
+    assert broker.stats("alpha")["messages"] == 0
+    broker.flush_all()
+    assert broker.dead_letters == []
+
+
+@pytest.mark.slow
+def test_higher_broker_priority_is_served_first(
+        app: object, start_worker: Callable[..., DramatiqWorker], database_url: str) -> None:
+    a = app
+    for i in range(10):
+        a.note.send(f"low{i}")  # type: ignore[attr-defined]
+    for i in range(10):
+        a.note.send_with_options(args=(f"high{i}",), broker_priority=3)  # type: ignore[attr-defined]
+    start_worker("-p", "1", "-t", "1", "--queues", "alpha")
+    a.broker.join("alpha", timeout=20_000)  # type: ignore[attr-defined]
+    order = [r[1] for r in runs(database_url, "note")]
+    assert order == [f"high{i}" for i in range(10)] + [f"low{i}" for i in range(10)]
+
+
+@pytest.mark.slow
+def test_leases_extend_while_the_worker_lives_and_lapse_when_it_is_killed(
+        app: object, start_worker: Callable[..., DramatiqWorker], database_url: str) -> None:
+    a = app
+    lease = {"DELAYQ_LEASE": "1"}
+    first = start_worker("-p", "1", "-t", "2", env=lease)
+    a.slow.send("long", 2.5)  # type: ignore[attr-defined]  # 2.5 leases long: extended
+    wait_for(lambda: len(runs(database_url, "slow")) == 2, 20, "the long task")
+    assert [r[5] for r in runs(database_url, "slow")] == ["start", "done"]
+
+    a.slow.send("victim", 60)  # type: ignore[attr-defined]
+    wait_for(lambda: len(runs(database_url, "slow")) == 3, 20, "the victim to start")
+    first.kill()  # kill -9 the whole worker: no ack, no release
+    second = start_worker("-p", "1", "-t", "2", env=lease)
+    wait_for(lambda: len(runs(database_url, "slow")) == 4, 20, "the victim to come back")
+    starts = [r for r in runs(database_url, "slow") if r[1] == "victim"]
+    assert starts[0][2] != starts[1][2]  # another process ran it again
+    assert starts[1][6] - starts[0][6] >= 1000  # not before the lease ran out
+    second.kill()
+
+
+@pytest.mark.slow
+def test_many_producers_and_consumers_lose_and_duplicate_nothing(
+        app_env: dict[str, str], start_worker: Callable[..., DramatiqWorker],
+        database_url: str) -> None:
+    per_producer, producers = 300, 3
+    start_worker("-p", "2", "-t", "4")
+    start_worker("-p", "2", "-t", "4")
+    code = ("import sys, dramatiq_app as a\n"
+            "for j in range(int(sys.argv[2])): a.note.send(f'p{sys.argv[1]}-{j}')\n"
+            "a.broker.close()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(i), str(per_producer)],
+                              cwd=HERE, env=app_env) for i in range(producers)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * producers
+    total = per_producer * producers
+    wait_for(lambda: len(runs(database_url, "note")) >= total, 60, f"{total} runs")
+    tags = [r[1] for r in runs(database_url, "note")]
+    assert len(tags) == total and len(set(tags)) == total
+    assert len({r[2] for r in runs(database_url, "note")}) >= 2  # spread over processes
+
+
+@pytest.mark.slow
+def test_periodic_actor_fires_once_per_occurrence_even_with_no_scheduler_up(
+        app_env: dict[str, str], start_worker: Callable[..., DramatiqWorker],
+        database_url: str) -> None:
+    periodic_env = {"DELAYQ_PERIODIC": "1"}
+    # Two worker processes with two processes each: four schedulers install the same ticks.
+    workers = [start_worker("-p", "2", "-t", "2", "--queues", "ticks", env=periodic_env)
+               for _ in range(2)]
+    wait_for(lambda: len(runs(database_url, "every_second")) >= 3, 20, "three ticks")
+    for w in workers:
+        w.kill(signal.SIGTERM)
+    down_from = time.time() * 1000
+    # Every scheduler is down; a plain worker (no scheduler) still runs installed ticks.
+    start_worker("-p", "1", "-t", "2", "--queues", "ticks")
+    wait_for(lambda: sum(int(r[1]) > down_from + 1000 for r in runs(database_url, "every_second"))
+             >= 2, 20, "ticks while no scheduler runs")
+    ticks = [int(r[1]) for r in runs(database_url, "every_second")]
+    assert len(ticks) == len(set(ticks)), "an occurrence ran twice"
+    assert all(t % 1000 == 0 for t in ticks)  # epoch-aligned occurrences

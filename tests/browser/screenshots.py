@@ -1,0 +1,91 @@
+"""Regenerate the screenshots of docs/web.md: ``python tests/browser/screenshots.py``.
+
+Fills a scratch database with a day of realistic tasks (three queues, a morning peak, a small
+overdue backlog, a few in flight, two beat entries), serves ``delayq web`` on it and saves the
+overview, task list and task pages from headless Chromium into docs/img/.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+from delayq_transport import DelayedQueue  # noqa: E402
+from delayq_transport.transport.message import encode, kind_for, task_message  # noqa: E402
+from delayq_transport.web.security import WebConfig  # noqa: E402
+from delayq_transport.web.server import BackgroundServer  # noqa: E402
+from tests.conftest import create_database, drop_database  # noqa: E402
+
+DB = "delayq_i12_screenshots"
+CHROMIUM = shutil.which("chromium") or "chromium"
+
+
+def fill(queue: DelayedQueue) -> str:
+    rnd = random.Random(12)
+    now = datetime.now(UTC)
+    peak = (now + timedelta(hours=6)).replace(minute=0, second=0, microsecond=0)
+    batches: dict[str, list[tuple[str, bytes, datetime]]] = {}
+
+    def add(task: str, args: list, at: datetime, qname: str = "celery", prio: int = 0) -> str:
+        msg = task_message(task, args, {}, eta=at, queue=qname, priority=prio)
+        batches.setdefault(kind_for(qname, prio), []).append((msg["headers"]["id"], encode(msg),
+                                                              at))
+        return str(msg["headers"]["id"])
+
+    for i in range(1400):  # reminders through the day, a peak six hours ahead
+        at = now + timedelta(minutes=rnd.expovariate(1 / 300)) if i % 3 else \
+            peak + timedelta(minutes=rnd.gauss(0, 25))
+        add("billing.remind", [{"account": 1000 + i, "invoice": f"INV-{4000 + i}"}], at)
+    for i in range(500):
+        add("mail.send_digest", [f"user{i}@example.com"],
+            now + timedelta(hours=rnd.uniform(0.2, 23.5)), "mail", 6 if i % 4 == 0 else 0)
+    for i in range(60):
+        add("reports.build", ["weekly", {"team": f"team-{i % 7}"}],
+            now + timedelta(hours=2 + (i % 12) * 2, minutes=rnd.uniform(0, 5)), "reports")
+    for i in range(25):
+        add("mail.send_digest", [f"late{i}@example.com"],
+            now - timedelta(seconds=rnd.uniform(1, 40)), "mail")
+    shown = add("billing.remind", [{"account": 42, "invoice": "INV-0042"}],
+                now + timedelta(hours=3, minutes=12))
+    for kind, items in batches.items():
+        queue.with_kind(kind).offer_batch(items)
+    queue.with_kind("mail").try_poll_many(3)  # three in flight
+    return shown
+
+
+def main() -> None:
+    drop_database(DB)
+    url = create_database(DB)
+    out = ROOT / "docs" / "img"
+    try:
+        with DelayedQueue(url, kind="celery") as queue:
+            shown = fill(queue)
+            server = BackgroundServer(queue, WebConfig(port=0, refresh_s=0)).start()
+            try:
+                with sync_playwright() as pw:
+                    browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+                    page = browser.new_page(viewport={"width": 1280, "height": 760})
+                    page.goto(server.url + "/")
+                    page.screenshot(path=str(out / "web-overview.png"), full_page=True)
+                    page.goto(server.url + "/tasks?task=billing.*&q=INV-40")
+                    page.screenshot(path=str(out / "web-tasks.png"))
+                    page.goto(f"{server.url}/tasks/{shown}")
+                    page.screenshot(path=str(out / "web-task.png"), full_page=True)
+                    browser.close()
+            finally:
+                server.stop()
+    finally:
+        drop_database(DB)
+    print("wrote", *(p.name for p in sorted(out.glob("web-*.png"))))
+
+
+if __name__ == "__main__":
+    main()

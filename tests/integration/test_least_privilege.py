@@ -1,0 +1,126 @@
+"""Least privilege (issue 10, part 6): once ``delayq migrate`` has run as an admin, workers and
+producers work with DML rights only, each role does its job and no more, and a missing
+migration is named in a clear error instead of "permission denied for schema public"."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+from _pg_roles import grant_text, roles
+from click.testing import CliRunner
+
+from delayq_beat.store import BeatStore
+from delayq_transport import Database, DelayedQueue, migrate
+from delayq_transport.cli import main
+from delayq_transport.core.errors import PermissionDenied, SchemaMissing
+from delayq_transport.core.queries import Queries
+
+
+@pytest.fixture
+def urls(database_url: str) -> Iterator[dict[str, str]]:
+    with roles(database_url, "worker", "producer", "monitor") as found:
+        yield found
+
+
+def _cannot_run_ddl(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("CREATE TABLE delayq_intruder (id int)")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute('ALTER TABLE delayed_queue ADD COLUMN "x" int')
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("TRUNCATE delayed_queue")
+
+
+def test_grants_are_quoted_and_name_only_what_each_role_needs() -> None:
+    worker = grant_text("worker", 'odd "role"')
+    assert 'TO "odd ""role"""' in worker and "CREATE" not in worker
+    assert 'SELECT, INSERT, UPDATE, DELETE ON "public"."delayed_queue"' in worker
+    producer = grant_text("producer", "p")
+    assert "DELETE" not in producer and "CREATE" not in producer
+    assert 'GRANT SELECT, INSERT ON "public"."delayed_queue" TO "p"' in producer
+    assert 'CREATE ON SCHEMA "public"' in grant_text("admin", "a")
+    result = CliRunner().invoke(main, ["grants", "--role", "x", "--as", "root"])
+    assert result.exit_code != 0
+
+
+def test_worker_role_polls_acks_leases_and_listens_without_ddl(urls: dict[str, str]) -> None:
+    with DelayedQueue(urls["worker"], kind="celery", acquire_timeout=30) as q:
+        q.offer("a", b"1")
+        q.offer("b", b"2")
+        q.offer("later", b"3", q.now() + timedelta(hours=1))
+        first, second = q.try_poll_many(2)
+        assert q.extend_lease([first.lock]) == 2
+        assert q.release([second]) == 1
+        assert q.ack(first) == 1
+        assert q.count_due() == 1 and q.status()[0].scheduled == 1
+        assert q.delete_waiting(["later"]) == [("later", "celery")]
+        store = BeatStore(q.db, "delayed_queue")
+        store.disable("nightly")
+        assert [e.name for e in store.entries()] == ["nightly"] and store.remove("nightly")
+        listener = q.db.connect()
+        listener.execute(q.queries["listen"])
+        q.offer("c", b"4")
+        assert next(listener.notifies(timeout=10, stop_after=1)).channel == "delayq_delayed_queue"
+        listener.close()
+    _cannot_run_ddl(urls["worker"])
+
+
+def test_producer_publishes_but_cannot_take_or_delete(urls: dict[str, str],
+                                                      database_url: str) -> None:
+    with DelayedQueue(urls["producer"], kind="celery") as q:
+        q.offer_batch([("p1", b"1", None), ("p2", b"2", None)])
+        q.offer("p3", b"3")
+        assert q.count_due() == 3
+        for forbidden in (lambda: q.try_poll_many(1), lambda: q.purge(),
+                          lambda: q.delete("p1"), lambda: q.delete_waiting(["p1"])):
+            with pytest.raises(PermissionDenied):
+                forbidden()
+    with DelayedQueue(database_url, kind="celery") as admin:
+        assert admin.count_waiting() == 3, "nothing was taken or deleted"
+    _cannot_run_ddl(urls["producer"])
+
+
+def test_monitor_reads_status_and_metrics_only(urls: dict[str, str]) -> None:
+    result = CliRunner().invoke(main, ["-d", urls["monitor"], "status", "--json"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(main, ["-d", urls["monitor"], "metrics"])
+    assert result.exit_code == 0 and "delayq_up{" in result.output
+    with DelayedQueue(urls["monitor"], kind="celery") as q:
+        with pytest.raises(PermissionDenied):
+            q.offer("m", b"")
+
+
+def test_missing_migration_is_named_for_a_dml_only_role(urls: dict[str, str],
+                                                        database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(Queries("delayed_queue")["migrations_ensure"])
+        conn.execute('DELETE FROM delayq_migrations WHERE "version" = 3')
+    with pytest.raises(SchemaMissing) as raised:
+        DelayedQueue(urls["worker"])
+    message = str(raised.value)
+    assert "missing migration(s) 3 (exchange bindings" in message
+    assert "delayq migrate" in message
+    result = CliRunner().invoke(main, ["-d", urls["worker"], "status"])
+    assert result.exit_code == 1 and "delayq migrate" in result.output
+    with Database(database_url) as db:  # the admin step; idempotent DDL
+        assert migrate(db, "delayed_queue") == [3]
+    DelayedQueue(urls["worker"]).close()
+
+
+def test_a_role_without_grants_is_told_what_it_lacks(database_url: str) -> None:
+    import uuid
+
+    from _pg_roles import role_url
+
+    name = f"dq_none_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{name}" LOGIN')
+        try:
+            with pytest.raises(PermissionDenied, match="delayq_migrations.*delayq grants"):
+                DelayedQueue(role_url(database_url, name))
+        finally:
+            admin.execute(f'DROP ROLE "{name}"')
