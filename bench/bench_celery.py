@@ -65,11 +65,13 @@ from _common import (  # noqa: E402
     write_results,
 )
 
-BROKERS = ("delayq", "delayq_durable", "redis", "amqp", "sqlalchemy")
+BROKERS = ("delayq", "delayq_durable", "delayq_unlogged", "redis", "amqp", "sqlalchemy")
 #: ``delayq_durable`` is delayq with the ``durable_publish=True`` transport option: every
 #: publish waits for the WAL flush, to show what that stricter durability costs.
+#: ``delayq_unlogged`` sets ``unlogged_table=True`` (no WAL; a crash empties the table), to
+#: show what the WAL costs.
 VARIANTS: tuple[str, ...] = ()
-PHASES = ("throughput", "drain", "latency", "rss", "kill")
+PHASES = ("throughput", "drain", "latency", "rss", "kill", "sweep")
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
 REDIS_BASE = "redis://127.0.0.1:6379"
 MB = 1024 * 1024
@@ -351,9 +353,11 @@ def broker_state(name: str, phase: str, cfg: Settings, *, acks_late: bool = Fals
     """Fresh broker state for one phase, removed afterwards (also on Ctrl-C)."""
     queue = f"bench_{phase}_{cfg.run_id}"
     options = KILL_OPTIONS.get(name.split("_")[0], {}) if phase == "kill" else {}
-    if name in ("delayq", "delayq_durable", "sqlalchemy"):
+    if name in ("delayq", "delayq_durable", "delayq_unlogged", "sqlalchemy"):
         if name == "delayq_durable":
             options = {**options, "durable_publish": True}
+        if name == "delayq_unlogged":
+            options = {**options, "unlogged_table": True}
         with fresh_database(cfg.admin_url, prefix=f"delayq_bench_celery_{name}") as db_url:
             scheme = "sqla+postgresql+psycopg://" if name == "sqlalchemy" else "delayq+postgresql://"
             url = scheme + db_url.split("://", 1)[1]
@@ -609,8 +613,120 @@ def phase_drain(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, Any]:
             "worker_main_cpu_ms_per_task": round(cpu_s * 1000 / n, 3)}
 
 
+#: The sweep's grid: producer processes x worker processes (each worker ``-c 2``).
+SWEEP_PRODUCERS = (1, 2, 4)
+SWEEP_WORKERS = (1, 2, 4)
+
+
+class ServerCpu:
+    """CPU seconds of the broker's server side: for PostgreSQL-backed brokers the backends
+    serving this phase's database (found by name in pg_stat_activity, so other users of a
+    shared server are not counted; the WAL writer and checkpointer are left out), RabbitMQ's
+    ``beam.smp``, ``redis-server``. A backend started meanwhile counts from zero."""
+
+    def __init__(self, run: BrokerRun, admin_url: str) -> None:
+        self.run, self.admin_url = run, admin_url
+        self.start = {p.pid: self._cpu(p) for p in self._procs()}
+
+    @staticmethod
+    def _cpu(proc: psutil.Process) -> float:
+        try:
+            times = proc.cpu_times()
+            return float(times.user + times.system)
+        except psutil.Error:
+            return 0.0
+
+    def _procs(self) -> list[psutil.Process]:
+        if self.run.db_url is not None:
+            dbname = self.run.db_url.rsplit("/", 1)[1]
+            with psycopg.connect(self.admin_url, autocommit=True) as conn:
+                pids = [r[0] for r in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> "
+                    "pg_backend_pid()", (dbname,))]
+            procs = []
+            for pid in pids:
+                try:
+                    procs.append(psutil.Process(pid))
+                except psutil.NoSuchProcess:
+                    pass
+            return procs
+        name = "redis-server" if self.run.name == "redis" else "beam.smp"
+        return [p for p in psutil.process_iter(["name"]) if p.info["name"] == name]
+
+    def used(self) -> float:
+        return sum(self._cpu(p) - self.start.get(p.pid, 0.0) for p in self._procs())
+
+
+def _tree_cpu(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            for p in (proc, *proc.children(recursive=True)):
+                total += ServerCpu._cpu(p)
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def _sweep_point(run: BrokerRun, cfg: Settings, progress: Any, workers: list[Worker],
+                 producers: int, n: int) -> dict[str, Any]:
+    key = _key(cfg, run.name, "sweep", uuid.uuid4().hex[:8])
+    jobs: list[tuple[str, int, tuple[Any, ...], dict[str, Any]]] = [
+        ("bench.noop", min(CHUNK, n - i), (key, n), {}) for i in range(0, n, CHUNK)]
+    with Producers(run.env, producers) as pool:
+        producer_pids = [p.pid for p in pool.pool._pool]  # type: ignore[attr-defined]
+        worker_pids = [w.proc.pid for w in workers]
+        server = ServerCpu(run, cfg.admin_url)
+        cpu0 = (_tree_cpu(worker_pids), _tree_cpu(producer_pids))
+        psutil.cpu_percent()
+        done = pool.submit(_publish, jobs)
+        ran = progress.add_task(f"{run.name}: {producers}P x {len(workers)}W", total=n,
+                                rate="", unit="tasks")
+        executed = _wait_count(cfg, key, n, max(180.0, n / 20), progress, ran, _get_int)
+        busy = psutil.cpu_percent()
+        done_at = _counter(cfg).get(f"{key}:done")
+        server_s = server.used()
+        worker_s = _tree_cpu(worker_pids) - cpu0[0]
+        producer_s = _tree_cpu(producer_pids) - cpu0[1]
+        if pool.errors:
+            raise pool.errors[0]
+    if executed < n or done_at is None or not done:
+        return {"producers": producers, "workers": len(workers),
+                "error": f"only {executed}/{n} tasks ran"}
+    seconds = float(done_at) - min(d[0] for d in done)
+    return {"producers": producers, "workers": len(workers), "tasks_per_s": round(n / seconds, 1),
+            "machine_busy_pct": busy,
+            "server_cores": round(server_s / seconds, 2),
+            "server_cpu_us_per_task": round(server_s * 1e6 / n),
+            "workers_cpu_us_per_task": round(worker_s * 1e6 / n),
+            "producers_cpu_us_per_task": round(producer_s * 1e6 / n)}
+
+
+def phase_sweep(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, Any]:
+    """Producer processes x worker processes, end to end, with the CPU each side used. On a
+    machine with few cores everything competes for them; what scales is read from the CPU per
+    task of each side (the broker server's above all), not from the rates alone."""
+    n = cfg.throughput_n // 2
+    points = []
+    for count in SWEEP_WORKERS:
+        workers: list[Worker] = []
+        try:
+            for i in range(count):
+                workers.append(Worker(run.env, f"sw{count}-{i}-{run.name}", cfg.logdir))
+            for worker in workers:
+                worker.wait_ready()
+            for producers in SWEEP_PRODUCERS:
+                checkpoint(cfg.admin_url)
+                points.append(_sweep_point(run, cfg, progress, workers, producers, n))
+        finally:
+            for worker in workers:
+                worker.kill()
+    return {"tasks": n, "points": points}
+
+
 PHASE_FUNCS = {"throughput": phase_throughput, "latency": phase_latency, "rss": phase_rss,
-               "kill": phase_kill, "drain": phase_drain}
+               "kill": phase_kill, "drain": phase_drain, "sweep": phase_sweep}
 
 
 def run_all(cfg: Settings, brokers: list[str], phases: list[str]) -> dict[str, Any]:
@@ -723,8 +839,30 @@ def table_rows(results: dict[str, Any], brokers: list[str]) -> list[list[str]]:
                 shown += " (median of " + ", ".join(
                     "failed" if r is None else f"{r:,.0f}" for r in rounds) + ")"
             is_delayq = broker == "delayq" and target
-            rows.append([broker, label, shown, _ratio(value, base), target if is_delayq else "",
+            rows.append([broker, label, shown, _ratio(value, base),
+                         _ratio(value, _get(results, "amqp", *path)),
+                         target if is_delayq else "",
                          _met(check(value, base)) if is_delayq else ""])
+    return rows
+
+
+SWEEP_HEADERS = ["broker", "producers", "workers", "tasks/s", "machine busy %",
+                 "broker server cores", "server µs/task", "workers µs/task", "producers µs/task"]
+
+
+def sweep_rows(results: dict[str, Any], brokers: list[str]) -> list[list[str]]:
+    rows = []
+    for broker in brokers:
+        for p in (results.get(broker, {}).get("sweep") or {}).get("points", []):
+            if "error" in p:
+                rows.append([broker, str(p["producers"]), str(p["workers"]), p["error"]]
+                            + [""] * 5)
+                continue
+            rows.append([broker, str(p["producers"]), str(p["workers"]),
+                         f"{p['tasks_per_s']:,.0f}",
+                         f"{p['machine_busy_pct']:.0f}", f"{p['server_cores']:.2f}",
+                         str(p["server_cpu_us_per_task"]), str(p["workers_cpu_us_per_task"]),
+                         str(p["producers_cpu_us_per_task"])])
     return rows
 
 
@@ -792,7 +930,7 @@ def _latency_cdf(results: dict[str, Any], brokers: list[str]) -> Path:
 
 def _missed(results: dict[str, Any], brokers: list[str]) -> list[str]:
     return [f"{row[1]}: {row[2]}" for row in table_rows(results, brokers)
-            if row[0] == "delayq" and row[5] == "**no**"]
+            if row[0] == "delayq" and row[-1] == "**no**"]
 
 
 def docs_section(results: dict[str, Any], brokers: list[str], cfg: Settings,
@@ -842,8 +980,8 @@ its pool children sampled each second until stable (at least {cfg.rss_settle_min
 most {cfg.rss_settle_max_s:g} s); an `acks_late` task started on worker A, worker B started, A
 SIGKILLed (with its pool), seconds until the task starts on B.
 
-{markdown_table(["broker", "metric", "value", "ratio vs Redis", "target", "met?"], rows,
-                "llrrll")}
+{markdown_table(["broker", "metric", "value", "ratio vs Redis", "ratio vs RabbitMQ", "target",
+                 "met?"], rows, "llrrrll")}
 
 {images}
 
@@ -884,11 +1022,14 @@ Notes:
 
 @click.command()
 @click.option("--quick", is_flag=True, help="Small sizes for a smoke run.")
-@click.option("--only", default=",".join(PHASES), show_default=True,
-              help="Comma-separated phases: throughput,drain,latency,rss,kill.")
-@click.option("--brokers", "brokers_opt", default=",".join(BROKERS), show_default=True,
+@click.option("--only", default=",".join(p for p in PHASES if p != "sweep"), show_default=True,
+              help="Comma-separated phases: throughput,drain,latency,rss,kill, and sweep "
+                   "(1/2/4 producers x 1/2/4 workers; not run by default).")
+@click.option("--brokers", "brokers_opt", show_default=True,
+              default=",".join(b for b in BROKERS if b != "delayq_unlogged"),
               help="Comma-separated brokers: delayq,redis,amqp,sqlalchemy (and "
-                   "delayq_durable: delayq with durable_publish=True).")
+                   "delayq_durable: delayq with durable_publish=True; delayq_unlogged: with "
+                   "unlogged_table=True).")
 @click.option("--admin-url", default=DEFAULT_ADMIN_URL, show_default=True,
               help="PostgreSQL URL allowed to create the per-phase databases.")
 @click.option("--redis-db", default=11, show_default=True, help="Redis db used as the broker.")
@@ -916,8 +1057,11 @@ def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int
         _kill_all()
         _cleanup_counters(cfg)
     info["load_average_at_end"] = list(os.getloadavg())
-    console.print(markdown_table(["broker", "metric", "value", "ratio vs Redis", "target",
-                                  "met?"], table_rows(results, brokers)))
+    console.print(markdown_table(["broker", "metric", "value", "ratio vs Redis",
+                                  "ratio vs RabbitMQ", "target", "met?"],
+                                 table_rows(results, brokers)))
+    if "sweep" in phases:
+        console.print(markdown_table(SWEEP_HEADERS, sweep_rows(results, brokers)))
     if no_write:
         return
     plots = write_plots(results, brokers)

@@ -17,8 +17,14 @@ from __future__ import annotations
 # ruff: noqa: E402
 from kombu.transport import TRANSPORT_ALIASES
 
+#: Schemes kombu resolves to delayq's transport. ``delayq`` is what kombu keeps of a first URL
+#: ``delayq+postgresql://...`` (it splits at ``+``); the full schemes are what its failover
+#: path (``Connection.switch``) looks up for every alternate URL, parsed whole.
+TRANSPORT_SCHEMES = ("delayq", "delayq+postgresql", "delayq+postgres")
+
 # The one step next to ``broker_url``: importing delayq teaches kombu the ``delayq+`` scheme.
-TRANSPORT_ALIASES.setdefault("delayq", "delayq_transport.transport:Transport")
+for _scheme in TRANSPORT_SCHEMES:
+    TRANSPORT_ALIASES.setdefault(_scheme, "delayq_transport.transport:Transport")
 
 from .core import (
     CronHandle,

@@ -307,6 +307,18 @@ SELECT "version" FROM {migrations} WHERE "tableName" = %(table_name)s
 INSERT INTO {migrations} ("tableName", "version") VALUES (%(table_name)s, %(version)s)
 ON CONFLICT DO NOTHING
 
+-- table_persistence --
+-- 'p' (logged) or 'u' (unlogged) for the queue table: the opt-in unlogged mode (issue 11).
+SELECT c.relpersistence FROM pg_class AS c WHERE c.oid = {table_literal}::regclass
+
+-- table_set_unlogged --
+-- Opt-in: no WAL for the queue table; a PostgreSQL crash empties it (see docs/transport.md).
+ALTER TABLE {table} SET UNLOGGED
+
+-- table_set_logged --
+-- Back to the default: the table is rewritten into the WAL once, then crash-safe again.
+ALTER TABLE {table} SET LOGGED
+
 -- notify_function --
 -- Wake consumers: one notification per kind with the earliest new scheduledAt ("kind:ms").
 -- Statement-level on INSERT (one call per batch), row-level on UPDATE only for rows that

@@ -211,3 +211,35 @@ def ensure_schema(db: Database, table: str) -> list[int]:
 
 def current_version(db: Database, table: str) -> int:
     return max(applied_versions(db, table), default=0)
+
+
+def set_unlogged(db: Database, table: str, unlogged: bool) -> bool:
+    """Make the queue table UNLOGGED (or logged again); return whether it changed.
+
+    Opt-in durability trade (the ``unlogged_table`` transport option): no WAL is written for the
+    table's rows, so every publish, lease and ack is cheaper, but a PostgreSQL crash (not a
+    clean restart) truncates the table, countdowns included, and standbys never see it. The
+    change rewrites the table under an exclusive lock, so it is made only when the table is not
+    already in the state asked for, under the migrations' advisory lock.
+    """
+    q = Queries(table)
+    want = "u" if unlogged else "p"
+
+    def current(conn: psycopg.Connection[Any]) -> str:
+        row = conn.execute(q["table_persistence"]).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def work(conn: psycopg.Connection[Any]) -> bool:
+        if current(conn) == want:
+            return False
+        with conn.transaction():
+            conn.execute(q["migrations_lock"], {"lock_key": _lock_key(MIGRATIONS_TABLE)})
+            if current(conn) == want:
+                return False
+            log.warning("delayq: making table %s %s", table,
+                        "UNLOGGED (a PostgreSQL crash empties it)" if unlogged else "LOGGED")
+            conn.execute(q["table_set_unlogged" if unlogged else "table_set_logged"])
+            return True
+
+    return db.run(work)

@@ -11,9 +11,10 @@ from ..core.bindings import Bindings
 from ..core.db import Database
 from ..core.listen import Listener
 from ..core.queue import DelayedQueue
+from ..core.schema import set_unlogged
 from ..core.watermark import DEFAULT_FULL_RESCAN_INTERVAL_S
 from . import message as msg
-from .options import DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_POOL_SIZE
+from .options import DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE
 
 
 class Backend:
@@ -28,7 +29,9 @@ class Backend:
         self.url = url
         self._key = key
         self.table = options.get("table", "delayed_queue")
-        self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)))
+        self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)),
+                           connect_timeout_s=float(options.get("connect_timeout",
+                                                               DEFAULT_CONNECT_TIMEOUT_S)))
         try:
             self.queue = DelayedQueue(
                 self.db,
@@ -43,6 +46,9 @@ class Backend:
                 full_rescan_interval=float(options.get("full_rescan_interval",
                                                        DEFAULT_FULL_RESCAN_INTERVAL_S)),
             )
+            unlogged = options.get("unlogged_table")
+            if unlogged is not None:  # None: leave the table as the operator made it
+                set_unlogged(self.db, self.table, bool(unlogged))
         except BaseException:
             self.db.close()
             raise

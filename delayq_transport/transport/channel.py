@@ -139,6 +139,8 @@ class DelayqChannel(virtual.Channel):
         self.poll_wanted = True
         #: Earliest known scheduledAt (epoch ms) over this channel's kinds; None: none known.
         self.next_due_ms: int | None = None
+        #: The last poll filled what it asked for: more messages are waiting (see plan_poll).
+        self.backlog = False
 
     # -- kinds ---------------------------------------------------------------------------
 
@@ -260,10 +262,21 @@ class DelayqChannel(virtual.Channel):
         return message
 
     def plan_poll(self) -> PollPlan | None:
-        """What this channel has room for; decided on the loop thread, which owns the QoS."""
+        """What this channel has room for; decided on the loop thread, which owns the QoS.
+
+        Under a backlog on the worker's event loop, wait until half the prefetch window is
+        free: refilling one or two slots per poll made a poll (a round trip, a statement and a
+        thread hop) cost ~0.5 of a task; the half of the window still held keeps the pool busy
+        meanwhile. Without a known backlog (a wake-up, a due time) any room is polled at once,
+        so latency is unchanged."""
         if not self._active_queues or not self.qos.can_consume():
             return None
-        want = min(self.qos.can_consume_max_estimate() or self.batch_size, self.batch_size)
+        room = self.qos.can_consume_max_estimate()
+        window = self.qos.prefetch_count
+        if (self.backlog and window and room is not None and room < max(1, window // 2)
+                and self.transport._hub is not None):
+            return None
+        want = min(room or self.batch_size, self.batch_size)
         return PollPlan(self, want, self._poll_kinds(), frozenset(self._no_ack_queues))
 
     def fetch(self, plan: PollPlan) -> None:

@@ -9,6 +9,9 @@ DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 DEFAULT_POLLING_INTERVAL_S = 5.0
 DEFAULT_BATCH_SIZE = 100
 DEFAULT_POOL_SIZE = 4
+#: Per connection attempt (kombu's ``connect_timeout`` overrides it: Celery's
+#: ``broker_connection_timeout``), so a dead host of a failover list is left quickly.
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_ACK_FLUSH_INTERVAL_S = 0.05
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_BINDING_TTL_S = 60.0
@@ -20,4 +23,4 @@ DEFAULT_CLOSE_WAIT_S = 5.0
 CONTROL_EXCHANGE = "celery.pidbox"
 #: Options that configure the shared :class:`~.backend.Backend` (pool and queue).
 BACKEND_OPTIONS = ("table", "pool_size", "acquire_timeout", "ensure_schema", "durable_acks",
-                   "low_watermark", "full_rescan_interval")
+                   "low_watermark", "full_rescan_interval", "unlogged_table")

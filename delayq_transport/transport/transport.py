@@ -17,6 +17,11 @@ Connection String
 .. code-block::
 
     delayq+postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DBNAME
+    delayq+postgresql://USER@HOST1:PORT,HOST2:PORT/DBNAME?target_session_attrs=read-write
+    delayq+postgresql://USER@HOST1/DBNAME;delayq+postgresql://USER@HOST2/DBNAME
+
+The second is libpq's multi-host form; the third kombu's failover list (each alternate is
+parsed by kombu, so it cannot carry query parameters). See docs/transport.md.
 
 ``import delayq_transport`` (in the module that creates the Celery app) registers the scheme
 with kombu; that is the one extra step next to changing ``broker_url``.
@@ -48,6 +53,11 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
   only dead index entries lie (default True; see docs/scale.md). NOTIFYs lower it.
 * ``full_rescan_interval``: a poll scans each queue from the bottom at least this often, the
   safety net of the watermark (default 30).
+* ``unlogged_table``: True makes the queue table UNLOGGED, False makes it logged again, unset
+  (the default) leaves it as it is. Unlogged, PostgreSQL writes no WAL for the rows: publishes,
+  leases and acks cost less, but a PostgreSQL *crash* empties the table (every waiting
+  message and countdown, not only the last ~0.6 s), and standbys never receive it. Refused
+  together with ``durable_publish``. See docs/transport.md.
 * ``database_url``: libpq URL to use instead of the broker URL (e.g. a Unix socket).
 * ``max_message_size``: bytes; larger messages are refused with a clear error (default 64 MiB).
 * ``binding_ttl``: a fanout queue whose consumer has not been seen for this long receives no
@@ -61,11 +71,12 @@ import socket
 import time
 from concurrent.futures import Future
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 from kombu.transport import TRANSPORT_ALIASES, virtual
 
-from ..core.errors import DatabaseError, DatabaseUnavailable
+from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
 from .backend import Backend
 from .channel import DelayqChannel
 from .maintenance import Maintenance
@@ -81,7 +92,8 @@ from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 
-TRANSPORT_ALIASES.setdefault("delayq", "delayq_transport.transport:Transport")
+for _scheme in ("delayq", "delayq+postgresql", "delayq+postgres"):  # see delayq_transport
+    TRANSPORT_ALIASES.setdefault(_scheme, "delayq_transport.transport:Transport")
 
 
 class Transport(virtual.Transport):
@@ -120,6 +132,12 @@ class Transport(virtual.Transport):
                                                     DEFAULT_ACK_FLUSH_INTERVAL_S))
         self._url = options.get("database_url") or self._url_from_client(client)
         self._backend_opts = {k: options[k] for k in BACKEND_OPTIONS if k in options}
+        if options.get("unlogged_table") and options.get("durable_publish"):
+            raise InvalidInput("durable_publish=True asks for publishes that survive a crash; "
+                               "unlogged_table=True empties the table in one: choose one")
+        if getattr(client, "connect_timeout", None):
+            # A dead host of a failover list must not cost more than kombu's own timeout.
+            self._backend_opts.setdefault("connect_timeout", float(client.connect_timeout))
         self._backend: Backend | None = None
         self.wakeups = Wakeups(self)
         self.maintenance = Maintenance(self)
@@ -133,14 +151,20 @@ class Transport(virtual.Transport):
 
     @staticmethod
     def _url_from_client(client: Any) -> str:
-        """kombu keeps ``postgresql://...`` (after the ``delayq+`` prefix) as the hostname."""
+        """The libpq URL of the connection kombu is making.
+
+        For a first URL ``delayq+postgresql://...`` kombu keeps everything after the ``+`` as
+        the hostname. Any other URL it has parsed into parts: ``delayq://...``, and every
+        failover alternate (``Connection.switch`` parses alternates whole, whatever their
+        scheme). Parts come back unquoted, so they are quoted again here.
+        """
         hostname = client.hostname or ""
         if "://" in hostname:
             return hostname
-        user = client.userid or "postgres"
-        password = f":{client.password}" if client.password else ""
+        user = quote(client.userid or "postgres", safe="")
+        password = f":{quote(client.password, safe='')}" if client.password else ""
         port = client.port or Transport.default_port
-        db = (client.virtual_host or "postgres").strip("/") or "postgres"
+        db = quote((client.virtual_host or "postgres").strip("/") or "postgres", safe="")
         return f"postgresql://{user}{password}@{hostname or 'localhost'}:{port}/{db}"
 
     @property
@@ -206,6 +230,7 @@ class Transport(virtual.Transport):
         for plan in plans:
             channel = plan.channel
             delivered += channel.deliver(plan)
+            channel.backlog = plan.more
             if plan.more or error is not None:
                 channel.poll_wanted = True
             else:

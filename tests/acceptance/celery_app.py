@@ -61,6 +61,17 @@ def sleepy(self, seconds: float, arg: object = None) -> object:
     return arg
 
 
+@app.task(bind=True, acks_late=True, name="celery_app.tagged")
+def tagged(self, arg: object = None) -> object:
+    """Record the lock of this task's row (acks_late: still leased while it runs), which names
+    the poll that delivered it."""
+    with psycopg.connect(os.environ["DELAYQ_RESULTS_URL"], autocommit=True) as conn:
+        row = conn.execute('SELECT "lockUuid" FROM delayed_queue WHERE "pKey" = %s',
+                           (self.request.id,)).fetchone()
+    record(self.request.id, "tagged", row[0] if row else None, False, None)
+    return arg
+
+
 @app.task(bind=True, max_retries=3, name="celery_app.flaky")
 def flaky(self, arg: object = None, fail_times: int = 1, countdown: float = 1.0) -> object:
     """Fail ``fail_times`` times with Task.retry(countdown=...), then record."""

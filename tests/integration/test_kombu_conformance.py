@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import kombu
 import pytest
@@ -51,6 +52,29 @@ def invalid_connection() -> Iterator[kombu.Connection]:
     conn.release()
 
 
+@pytest.fixture
+def failover_connection(kombu_db: str, kombu_table: str) -> Iterator[kombu.Connection]:
+    """kombu's failover fixture shape (``t/integration/test_py_amqp.py``): a dead first URL
+    (nothing listens on port 1), then the live database as the alternate.
+
+    The alternate is spelled ``delayq+postgresql://``: kombu re-parses every alternate whole in
+    ``Connection.switch`` and looks its full scheme up as a transport name (issue 11's
+    ``KeyError: 'No such transport: delayq+postgresql'``). The first URL is spelled
+    ``delayq://`` because kombu only fills ``Connection.port`` for a first URL it parses whole,
+    and ``test_failover_switches_to_alternate_url`` compares that port with the dead URL's; a
+    ``delayq+postgresql://`` first URL connects the same way (see
+    ``test_transport_unit.py::test_failover_from_a_dead_host_to_the_next``).
+    """
+    from _kombu_env import BASE_OPTIONS  # after pytest_plugins loaded it (assert rewriting)
+
+    live = urlsplit(kombu_db)
+    dead = f"delayq://postgres@127.0.0.1:1{live.path}"
+    conn = kombu.Connection(f"{dead};delayq+{kombu_db}", connect_timeout=2,
+                            transport_options=dict(BASE_OPTIONS, table=kombu_table))
+    yield conn
+    conn.release()
+
+
 def test_peer_suite_was_fetched_for_the_installed_kombu() -> None:
     if UNAVAILABLE:
         pytest.fail(UNAVAILABLE)
@@ -80,4 +104,8 @@ class TestDelayqPriority(peer("BasePriority")):
 
 
 class TestDelayqEventLoop(peer("BaseEventLoop")):
+    pass
+
+
+class TestDelayqFailover(peer("BaseFailover")):
     pass
