@@ -26,47 +26,8 @@ TRANSPORT_SCHEMES = ("delayq", "delayq+postgresql", "delayq+postgres")
 for _scheme in TRANSPORT_SCHEMES:
     TRANSPORT_ALIASES.setdefault(_scheme, "delayq_transport.transport:Transport")
 
-from .core import (
-    CronHandle,
-    CronMessage,
-    CronService,
-    DailySchedule,
-    Database,
-    DatabaseError,
-    DatabaseUnavailable,
-    DelayedQueue,
-    DelayqError,
-    Envelope,
-    InvalidInput,
-    KindStatus,
-    Offer,
-    OfferOutcome,
-    RetryPolicy,
-    SchemaMissing,
-    StoredMessage,
-    config_hash,
-    migrate,
-)
+# The public API is the core's; its __all__ is the one list of names (kept in core/__init__).
+from .core import *  # noqa: F403
+from .core import __all__ as __all__
 
-__all__ = [
-    "CronHandle",
-    "CronMessage",
-    "CronService",
-    "DailySchedule",
-    "Database",
-    "DatabaseError",
-    "DatabaseUnavailable",
-    "DelayedQueue",
-    "DelayqError",
-    "Envelope",
-    "InvalidInput",
-    "KindStatus",
-    "Offer",
-    "OfferOutcome",
-    "RetryPolicy",
-    "SchemaMissing",
-    "StoredMessage",
-    "config_hash",
-    "migrate",
-]
 __version__ = "0.1.0"
