@@ -1,7 +1,8 @@
 """``delayq beat list|add|remove|enable|disable`` and the beat section of ``delayq status``.
 
-Loaded by ``delayq_transport.cli`` (listed in ``PLUGIN_MODULES``); importing it also registers
-the beat tables' migration, so ``delayq migrate`` creates them.
+Loaded by ``delayq_transport.cli`` when ``delayq beat`` runs, when the commands are listed,
+and by ``delayq status`` when the table has beat entries (``LAZY_COMMANDS``,
+``STATUS_PLUGIN_MODULES``); the beat tables themselves are the core's migration 10.
 """
 
 from __future__ import annotations

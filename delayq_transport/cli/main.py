@@ -15,22 +15,32 @@ from rich.console import Console
 from ..core import validate_table_name
 from ..core.db import Database, mask_password
 from ..core.errors import DelayqError
+from ..core.periodic import PeriodicStore
 from ..core.queue import DelayedQueue
 from ..core.schema import MIGRATIONS, migrate
 from .status import run_status, status_options
 
 console = Console()
 
-#: Modules that add sub-commands when importable (each calls ``register``).
-PLUGIN_MODULES = (
-    "delayq_beat.cli",
-    "delayq_transport.cli.demo",
-    "delayq_transport.cli.ops",
-    "delayq_transport.cli.tasks",
-    "delayq_transport.web.cli",
-    "delayq_transport.spark.cli",
-    "delayq_transport.dramatiq.ledger",
-)
+#: Sub-commands that live in plugin modules, and the modules that provide them (a listing hook
+#: rides with its command: Dramatiq's periodic actors join ``delayq beat list``). A module is
+#: imported only when its command runs or the commands are listed (``delayq --help``), so
+#: ``delayq status`` and ``delayq migrate`` start without Celery, Starlette or pyspark.
+LAZY_COMMANDS: dict[str, tuple[str, ...]] = {
+    "beat": ("delayq_beat.cli", "delayq_transport.dramatiq.ledger"),
+    "demo": ("delayq_transport.cli.demo",),
+    "grants": ("delayq_transport.cli.ops",),
+    "metrics": ("delayq_transport.cli.ops",),
+    "tasks": ("delayq_transport.cli.tasks",),
+    "web": ("delayq_transport.web.cli",),
+    "spark-report": ("delayq_transport.spark.cli",),
+}
+
+#: Every plugin module, in the order they are loaded when all are wanted.
+PLUGIN_MODULES = tuple(dict.fromkeys(m for mods in LAZY_COMMANDS.values() for m in mods))
+
+#: Modules whose hooks add sections to ``delayq status`` when the table has periodic entries.
+STATUS_PLUGIN_MODULES = ("delayq_beat.cli",)
 
 
 class Context:
@@ -48,7 +58,18 @@ class Context:
 
 
 class DelayqGroup(click.Group):
-    """Turns delayq errors into one clear line and exit code 1 instead of a traceback."""
+    """Turns delayq errors into one clear line and exit code 1 instead of a traceback, and
+    imports a plugin's module only when one of its commands is asked for (start-up time: the
+    whole ``delayq status`` process has a budget of 1 s, most of it Python imports)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            load_plugins(LAZY_COMMANDS.get(cmd_name, ()))
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        load_plugins()
+        return super().list_commands(ctx)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -94,6 +115,8 @@ def status_cmd(obj: Context, as_json: bool, exact: bool, cap: int) -> None:
     """Per queue/kind: due, scheduled, in flight, redelivered, lag, next due; then what holds
     back cleanup, dead tuples and bloat, with warnings (thresholds: docs/operations.md)."""
     with obj.queue() as queue:
+        if not as_json and PeriodicStore(queue.db, obj.table).in_use():
+            load_plugins(STATUS_PLUGIN_MODULES)
         run_status(console, queue, obj.table, as_json=as_json, exact=exact, cap=cap,
                    hooks=STATUS_HOOKS, obj=obj)
 
@@ -107,9 +130,9 @@ def register(command: click.Command) -> None:
         main.add_command(command)
 
 
-def load_plugins() -> None:
-    """Import every plugin module; called once the package is importable (cli/__init__)."""
-    for name in PLUGIN_MODULES:
+def load_plugins(modules: tuple[str, ...] = PLUGIN_MODULES) -> None:
+    """Import plugin modules (all by default); each registers its commands and hooks."""
+    for name in modules:
         try:
             importlib.import_module(name)
         except ImportError as exc:

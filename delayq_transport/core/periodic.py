@@ -114,6 +114,11 @@ class PeriodicStore:
         rows = self.db.fetchall(self.q["beat_installed_list"], self._params())
         return [InstalledRow(r[0], r[1], r[2], int(r[3]), int(r[4])) for r in rows]
 
+    def in_use(self) -> bool:
+        """Whether this table has any entry or installed occurrence (cheap: two EXISTS)."""
+        row = self.db.fetchone(self.q["beat_tables_in_use"], self._params())
+        return bool(row and row[0])
+
     def record_installed(self, rows: Sequence[InstalledRow]) -> None:
         """installedUntil only grows for an unchanged config (see the statement)."""
         if rows:

@@ -523,6 +523,12 @@ FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s ORDER BY "name"
 SELECT "name", "kind", "configHash", "installedUntil", "updatedAt"
 FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s ORDER BY "name"
 
+-- beat_tables_in_use --
+-- Whether any beat entry or installed ledger row exists for one queue table: ``delayq status``
+-- loads the beat plugin (and Celery) only then.
+SELECT EXISTS (SELECT 1 FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s)
+    OR EXISTS (SELECT 1 FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s)
+
 -- beat_installed_upsert --
 -- Record installs of many entries at once. installedUntil only grows for an unchanged config,
 -- so a beat with a stale view never makes another one re-offer its whole horizon.
@@ -627,10 +633,12 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.{bindings} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role}
 
 -- grant_monitor --
--- `delayq status` / `delayq metrics` for a dashboard or Prometheus: read-only, plus pg_monitor so
+-- `delayq status` / `delayq metrics` for a dashboard or Prometheus: read-only (the beat tables too:
+-- status lists periodic entries), plus pg_monitor so
 -- pg_stat_activity shows other roles' transactions (without it only this role's own are seen).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.{table}, {schema}.{bindings}, {schema}.{migrations} TO {role};
+GRANT SELECT ON {schema}."delayq_beat_entries", {schema}."delayq_beat_installed" TO {role};
 GRANT pg_monitor TO {role}
 
 -- health_blockers --

@@ -1,8 +1,8 @@
 """``delayq spark-report``: the queue table read by Spark, as backlog/overdue/redelivery tables.
 
-Imported by ``delayq`` on every start (``delayq_transport.cli.main.PLUGIN_MODULES``), so this
-module must not import pyspark: only the command does, and says which extra to install when it
-is missing.
+Imported by ``delayq`` when its command runs or the commands are listed (``LAZY_COMMANDS`` in
+``delayq_transport.cli.main``), so this module must not import pyspark: only the command does,
+and says which extra to install when it is missing.
 """
 
 from __future__ import annotations

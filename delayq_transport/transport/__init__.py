@@ -7,6 +7,20 @@ encodes Celery's messages into rows and back.
 
 from __future__ import annotations
 
-from .transport import DelayqChannel, Transport
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .transport import DelayqChannel, Transport
 
 __all__ = ["DelayqChannel", "Transport"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the transport class on first use (PEP 562): code that only needs the row
+    encoding (:mod:`.message`: ``delayq status``, Spark, beat) does not load kombu's virtual
+    transport machinery."""
+    if name in __all__:
+        from . import transport
+
+        return getattr(transport, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import psycopg
@@ -104,8 +107,30 @@ def test_cli_add_list_disable_enable_remove_and_status(database_url: str) -> Non
     assert run(main, ["beat", "enable", "reports/daily_%"], env=env).exit_code == 0
     status = run(main, ["status"], env=env)
     assert status.exit_code == 0 and "reports/daily_%" in status.output
+    # A fresh ``delayq status`` process loads the beat plugin (lazily) because entries exist.
+    fresh = _fresh_status(database_url)
+    assert "reports/daily_%" in fresh and "celery loaded: True" in fresh
     assert run(main, ["beat", "remove", "reports/daily_%"], env=env).exit_code == 0
     assert run(main, ["beat", "remove", "reports/daily_%"], env=env).exit_code == 1
+
+
+def _fresh_status(database_url: str) -> str:
+    """``delayq status`` in a new interpreter; reports whether Celery got imported."""
+    code = ("import sys\nfrom delayq_transport.cli import main\n"
+            "try:\n    main(['-d', sys.argv[1], 'status'])\nexcept SystemExit:\n    pass\n"
+            "print('celery loaded:', 'celery' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, database_url], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_status_without_beat_entries_does_not_import_celery(database_url: str) -> None:
+    """Start-up time: the plugins (Celery, Starlette, pyspark) load only when needed."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute('DELETE FROM "delayq_beat_entries"')
+        conn.execute('DELETE FROM "delayq_beat_installed"')
+    assert "celery loaded: False" in _fresh_status(database_url)
 
 
 def test_cli_list_shows_next_occurrences_with_install_time(app: Celery, database_url: str) -> None:

@@ -87,6 +87,9 @@ def test_producer_publishes_but_cannot_take_or_delete(urls: dict[str, str],
 def test_monitor_reads_status_and_metrics_only(urls: dict[str, str]) -> None:
     result = CliRunner().invoke(main, ["-d", urls["monitor"], "status", "--json"])
     assert result.exit_code == 0, result.output
+    # The table view also reads the beat tables (periodic entries section).
+    result = CliRunner().invoke(main, ["-d", urls["monitor"], "status"])
+    assert result.exit_code == 0, result.output
     result = CliRunner().invoke(main, ["-d", urls["monitor"], "metrics"])
     assert result.exit_code == 0 and "delayq_up{" in result.output
     with DelayedQueue(urls["monitor"], kind="celery") as q:

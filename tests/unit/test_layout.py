@@ -183,10 +183,12 @@ def test_broker_url_alias_and_beat_scheduler_entry_point() -> None:
 
 
 def test_every_delayq_command_is_registered() -> None:
+    from click import Context
     from click.testing import CliRunner
 
     from delayq_transport.cli import main
 
-    assert {"migrate", "status", "demo", "beat", "spark-report"} <= set(main.commands)
+    assert {"migrate", "status", "demo", "beat", "spark-report", "web", "tasks", "grants",
+            "metrics"} <= set(main.list_commands(Context(main)))
     result = CliRunner().invoke(main, ["beat", "--help"])
     assert result.exit_code == 0 and "list" in result.output
