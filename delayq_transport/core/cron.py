@@ -24,9 +24,10 @@ from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from .errors import InvalidInput
-from .queue import MAX_KEY_CHARS, DelayedQueue
+from .queue import DelayedQueue
 from .timeutil import from_ms, to_ms
 from .types import Offer, OfferOutcome, StoredMessage
+from .validate import MAX_KEY_CHARS
 
 log = logging.getLogger(__name__)
 

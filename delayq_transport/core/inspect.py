@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidInput
-from .queue import DelayedQueue, validate_key, validate_kind
+from .queue import DelayedQueue
+from .validate import validate_key, validate_kind
 
 #: Bounds of a BIGINT: "no bound" for ETA ranges and the start cursor.
 MIN_MS = -(2**63)

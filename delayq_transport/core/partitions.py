@@ -13,9 +13,10 @@ from datetime import timedelta
 
 from .cron import like_escape
 from .errors import InvalidInput
-from .queue import DelayedQueue, validate_kind
+from .queue import DelayedQueue
 from .timeutil import duration_ms
 from .types import Envelope, StoredMessage
+from .validate import validate_kind
 
 
 def dead_letter(

@@ -22,10 +22,15 @@ from .queries import Queries
 from .schema import ensure_schema as ensure_current_schema
 from .timeutil import duration_ms, from_ms, to_ms
 from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
+from .validate import (
+    MsMemo,
+    scheduled_ms,
+    validate_key,
+    validate_kind,
+    validate_payload,
+)
 from .watermark import DEFAULT_FULL_RESCAN_INTERVAL_S, LowWatermarks
 
-MAX_KEY_CHARS = 200
-MAX_KIND_CHARS = 100
 DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 #: Rows per multi-row insert; bounded so one statement never carries an unbounded payload.
 OFFER_BATCH_CHUNK = 1000
@@ -33,49 +38,6 @@ OFFER_BATCH_CHUNK = 1000
 MAX_CAS_ATTEMPTS = 100
 
 Clock = Callable[[], datetime]
-
-
-def validate_key(key: object, *, what: str = "key", limit: int = MAX_KEY_CHARS) -> str:
-    if not isinstance(key, str) or not key:
-        raise InvalidInput(f"{what} must be a non-empty str, got {key!r}")
-    if len(key) > limit:
-        raise InvalidInput(
-            f"{what} is {len(key)} characters, the limit is {limit}: {key[:40]!r}..."
-        )
-    if "\x00" in key:
-        raise InvalidInput(f"{what} must not contain NUL characters: {key!r}")
-    return key
-
-
-def validate_kind(kind: object) -> str:
-    return validate_key(kind, what="kind", limit=MAX_KIND_CHARS)
-
-
-#: Milliseconds of the datetimes already converted in one ``offer_batch`` call.
-MsMemo = dict[tuple[datetime, int], int]
-
-
-def _scheduled_ms(at: datetime | None, memo: MsMemo | None) -> int | None:
-    """``to_ms``, remembered per batch: a batch mostly repeats a few datetimes, and converting
-    each one was the largest client cost of ``offer_batch``. ``fold`` is part of the key
-    because two datetimes of one zone compare equal across a DST fold."""
-    if at is None:
-        return None
-    if memo is None or not isinstance(at, datetime):
-        return to_ms(at, what="scheduled_at")
-    key = (at, at.fold)
-    ms = memo.get(key)
-    if ms is None:
-        ms = memo[key] = to_ms(at, what="scheduled_at")
-    return ms
-
-
-def validate_payload(payload: object) -> bytes:
-    if isinstance(payload, bytes):
-        return payload
-    if isinstance(payload, bytearray | memoryview):
-        return bytes(payload)
-    raise InvalidInput(f"payload must be bytes, got {type(payload).__name__}")
 
 
 class DelayedQueue:
@@ -195,7 +157,7 @@ class DelayedQueue:
             "key": validate_key(key),
             "kind": self.kind,
             "payload": validate_payload(payload),
-            "scheduled_at": _scheduled_ms(at, memo),
+            "scheduled_at": scheduled_ms(at, memo),
             "now": self._now_ms(),
         }
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from ..core.bulk import copy_record
 from ..core.errors import InvalidInput
-from ..core.queue import validate_key
 from ..core.timeutil import to_ms
+from ..core.validate import validate_key
 from ..transport import message
 
 #: Namespace of the uuid5 keys and delivery tags derived from row content (never change it:

@@ -48,8 +48,9 @@ from ..core import errors, validate_table_name
 from ..core.bulk import BulkWriter
 from ..core.db import normalize_url
 from ..core.errors import DelayqError, InvalidInput
-from ..core.queue import DelayedQueue, validate_kind
+from ..core.queue import DelayedQueue
 from ..core.timeutil import duration_ms, to_ms
+from ..core.validate import validate_kind
 from ..transport import message
 from .encode import jvm_capable, jvm_records
 from .rows import BadRow, Plan, describe, eta_ms, past_reason, slow_record
