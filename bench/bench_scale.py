@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from _scale_snapshot import _delayq_run, part_snapshot  # noqa: E402
 from _steady import load_far_rows  # noqa: E402
 from bench_celery import (  # noqa: E402
     Settings,
+    _on_sigterm,
     broker_state,
     phase_drain,
     phase_latency,
@@ -159,6 +161,8 @@ def main(parts: str, sizes: str, drain_n: int, rate: float, minutes: float, redi
          counter_db: int, database_url: str, write_docs: bool, name: str,
          server_note: str) -> None:
     """Drain and pick-up vs waiting rows, and over time with a held snapshot, vs Redis."""
+    signal.signal(signal.SIGTERM, _on_sigterm)  # workers, producers and databases cleaned up
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with nohup &
     cfg = Settings.build(True, producers=2, admin_url=database_url, redis_db=redis_db,
                          counter_db=counter_db)
     cfg = dataclasses.replace(cfg, throughput_n=drain_n)
