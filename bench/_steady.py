@@ -238,6 +238,12 @@ def summarize(samples: list[dict[str, Any]], first_s: float, last_s: float) -> d
     for key in ("rate_per_s", "pickup_p99_ms", "poll_p99_ms"):
         a, b = med(head, key), med(tail, key)
         out[key] = {"first": a, "last": b, "ratio": round(b / a, 3) if a and b else None}
+
+    def size_mb(rows: list[dict[str, Any]]) -> float:
+        mb = [(r["table_bytes"] + r["index_bytes"]) / 1024 / 1024 for r in rows]
+        return round(statistics.median(mb), 1) if mb else 0.0
+
+    out["size_mb"] = {"first": size_mb(head), "last": size_mb(tail)}
     out["max_table_bytes"] = max((s["table_bytes"] for s in samples), default=0)
     out["max_index_bytes"] = max((s["index_bytes"] for s in samples), default=0)
     out["max_dead_tuples"] = max((s["dead_tuples"] for s in samples), default=0)

@@ -61,9 +61,24 @@ def run_one(admin_url: str, cfg_kw: dict[str, Any], progress: Any = None) -> dic
                                 rate=f"{s['rate_per_s']:>6.0f}/s p99 {s['pickup_p99_ms']} ms "
                                      f"dead {s['dead_tuples']:,}")
 
+        reloptions = table_reloptions(url, cfg)
         samples = SteadyRun(cfg).run(on_sample)
     return {"variant": cfg.variant, "load_far_rows_s": round(load_s, 1), "samples": samples,
+            "reloptions": reloptions,
             "config": {k: v for k, v in cfg_kw.items() if k != "payload"}}
+
+
+def table_reloptions(url: str, cfg: SteadyConfig) -> list[str]:
+    """The queue table's per-table storage settings (migration 4's autovacuum thresholds):
+    the docs name what the sizes were measured under."""
+    import psycopg
+
+    if cfg.variant == "hot_acquire":
+        return []
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass",
+                           ["delayed_queue"]).fetchone()
+    return list(row[0] or []) if row else []
 
 
 def plot(runs: list[dict[str, Any]], path: Path, title: str) -> Path:
@@ -99,6 +114,19 @@ def plot(runs: list[dict[str, Any]], path: Path, title: str) -> Path:
     return path
 
 
+def server_text(info: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """The server the sizes depend on: version, autovacuum, the table's own settings."""
+    pg = info.get("postgresql", {})
+    opts = next((r.get("reloptions") for r in runs if r.get("reloptions")), None)
+    text = (f"PostgreSQL {pg.get('server_version', '?')}, shared_buffers "
+            f"{pg.get('shared_buffers', '?')}, server `autovacuum = {info['autovacuum']}`")
+    if info.get("server_note"):
+        text += f" ({info['server_note']})"
+    if opts:
+        text += "; queue table settings (migration 4): " + ", ".join(f"`{o}`" for o in opts)
+    return text
+
+
 def table(runs: list[dict[str, Any]], window_s: float) -> str:
     rows = []
     for run in runs:
@@ -108,10 +136,12 @@ def table(runs: list[dict[str, Any]], window_s: float) -> str:
                      f"({s['pickup_p99_ms']['ratio']}x)",
                      f"{s['poll_p99_ms']['first']} → {s['poll_p99_ms']['last']} "
                      f"({s['poll_p99_ms']['ratio']}x)",
-                     f"{(s['max_table_bytes'] + s['max_index_bytes']) / MB:,.0f}",
+                     f"{s['size_mb']['first']:,.0f} → {s['size_mb']['last']:,.0f} "
+                     f"(max {(s['max_table_bytes'] + s['max_index_bytes']) / MB:,.0f})",
                      f"{s['max_dead_tuples']:,}"])
     return markdown_table(["variant", "rate/s first → last", "pick-up p99 ms first → last",
-                           "poll p99 ms first → last", "max MB (table+idx)", "max dead tuples"],
+                           "poll p99 ms first → last", "MB table+idx first → last",
+                           "max dead tuples"],
                           rows, "lrrrrr")
 
 
@@ -128,8 +158,10 @@ def table(runs: list[dict[str, Any]], window_s: float) -> str:
 @click.option("--short", is_flag=True, help="The test suite's mode: 30 s, 100k far rows.")
 @click.option("--docs/--no-docs", default=True, show_default=True)
 @click.option("--database-url", default=DEFAULT_ADMIN_URL, show_default=True)
+@click.option("--server-note", default="",
+              help="How the server was set up, quoted in the docs (e.g. a throwaway cluster).")
 def main(scenario: str, minutes: float | None, rate: float, far_rows: int | None, variants: str,
-         short: bool, docs: bool, database_url: str) -> None:
+         short: bool, docs: bool, database_url: str, server_note: str) -> None:
     """Core-level steady load: churn over time, or held-snapshot variants compared."""
     if short:
         minutes, far_rows = minutes or 0.5, 100_000 if far_rows is None else far_rows
@@ -147,6 +179,7 @@ def main(scenario: str, minutes: float | None, rate: float, far_rows: int | None
     with psycopg.connect(database_url) as conn:  # sizes can only stay bounded if it is on
         row = conn.execute("SHOW autovacuum").fetchone()
         info["autovacuum"] = str(row[0]) if row else "?"
+    info["server_note"] = server_note
     with progress_bar() as progress:
         runs = [run_one(database_url, kw, progress) for kw in plan]
     name = f"churn_{scenario}"
@@ -168,12 +201,13 @@ def main(scenario: str, minutes: float | None, rate: float, far_rows: int | None
         what = ("one snapshot held from 5 s on" if scenario == "snapshot" else "no snapshot")
         img = plot(runs, IMG_DIR / f"bench_{name}.png",
                    f"{rate:.0f} rows/s, {far_rows:,} far-future rows, {what}")
+        url_opt = " --database-url …" if server_note else ""
         body = (f"## Core steady load: {scenario}\n\n`python bench/bench_churn.py --scenario "
-                f"{scenario} --minutes {minutes:g}` at revision {result['revision']}, "
+                f"{scenario} --minutes {minutes:g}{url_opt}` at revision {result['revision']}, "
                 f"{rate:.0f} rows/s offered, {far_rows:,} far-future rows, {what}; load average "
                 f"{info['load_average_at_start'][0]:.1f} at start, "
                 f"{info['load_average_at_end'][0]:.1f} at end (2 cores shared with other "
-                f"runs); server `autovacuum = {info['autovacuum']}`. "
+                f"runs); {server_text(info, runs)}. "
                 f"First vs last {window / 60:g} minutes (medians of {sample_s:g} s "
                 f"windows):\n\n{table(runs, window)}\n\n![{name}](img/{img.name})\n")
         replace_section(name, body)

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
+import signal
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,8 @@ import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _scale_snapshot as snapshot  # noqa: E402
+import psycopg  # noqa: E402
 from _common import (  # noqa: E402
     DEFAULT_ADMIN_URL,
     IMG_DIR,
@@ -43,32 +44,19 @@ from _common import (  # noqa: E402
     replace_section,
     write_results,
 )
-from _steady import hold_snapshot, load_far_rows  # noqa: E402
+from _scale_snapshot import _delayq_run, part_snapshot  # noqa: E402
+from _steady import load_far_rows  # noqa: E402
 from bench_celery import (  # noqa: E402
-    BrokerRun,
-    Producers,
     Settings,
-    _base_env,
-    _counter,
-    _llen,
-    _publish_paced,
-    _wait_count,
+    _on_sigterm,
     broker_state,
     phase_drain,
     phase_latency,
-    running_worker,
 )
 
 from delayq_transport import DelayedQueue  # noqa: E402
 
 WINDOW_S = 10.0
-
-
-def _delayq_run(db_url: str, cfg: Settings, queue: str, name: str = "delayq") -> BrokerRun:
-    """A BrokerRun on our own database; ``name`` keys its Redis counters (one per size)."""
-    url = "delayq+postgresql://" + db_url.split("://", 1)[1]
-    env = _base_env(cfg, queue, url, {}, acks_late=False)
-    return BrokerRun(name, env, db_url)
 
 
 def part_sizes(cfg: Settings, sizes: list[int], progress: Any) -> dict[str, Any]:
@@ -98,56 +86,6 @@ def part_sizes(cfg: Settings, sizes: list[int], progress: Any) -> dict[str, Any]
 def _strip(latency: dict[str, Any]) -> dict[str, Any]:
     return {k: ({kk: vv for kk, vv in v.items() if kk != "samples_ms"} if isinstance(v, dict)
                 else v) for k, v in latency.items()}
-
-
-def steady(run: BrokerRun, cfg: Settings, rate: float, seconds: float, progress: Any
-           ) -> list[dict[str, Any]]:
-    """``rate`` lag tasks/s for ``seconds``; per window: executed count, pick-up p50/p99."""
-    base = f"bench_scale:{cfg.run_id}:{run.name}:{uuid.uuid4().hex[:6]}"
-    n = int(rate * seconds)
-    plan = [(i / rate, f"{base}:{int(i / rate // WINDOW_S)}", 0.0) for i in range(n)]
-    windows = int(seconds // WINDOW_S) + 1
-    keys = [f"{base}:{w}" for w in range(windows)]
-    with running_worker(run.env, f"steady-{run.name}", cfg), Producers(run.env, 1) as producers:
-        bar = progress.add_task(f"{run.name}: steady {rate:.0f}/s", total=n, rate="",
-                                unit="tasks")
-        producers.submit(_publish_paced, [plan])
-        _wait_count(cfg, "", n, seconds + 120, progress, bar,
-                    lambda c, _k: sum(_llen(c, k) for k in keys))
-        if producers.errors:
-            raise producers.errors[0]
-    client = _counter(cfg)
-    rows = []
-    for w, key in enumerate(keys):
-        lags = sorted(float(v) * 1000 for v in client.lrange(key, 0, -1))
-        client.delete(key)
-        if len(lags) < 2:
-            continue
-        q = statistics.quantiles(lags, n=100, method="inclusive")
-        rows.append({"t_s": w * WINDOW_S, "n": len(lags), "p50_ms": round(q[49], 2),
-                     "p99_ms": round(q[98], 2)})
-    return rows
-
-
-def part_snapshot(cfg: Settings, rate: float, minutes: float, progress: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    seconds = minutes * 60
-    for name, held in (("delayq", False), ("delayq_snapshot", True)):
-        checkpoint(cfg.admin_url)
-        with fresh_database(cfg.admin_url, prefix="delayq_bench10_snap") as db_url:
-            queue = f"bench_snap_{cfg.run_id}"
-            DelayedQueue(db_url, kind=queue).close()
-            run = _delayq_run(db_url, cfg, queue, name)
-            snap = hold_snapshot(db_url, "delayed_queue") if held else None
-            try:
-                out[name] = steady(run, cfg, rate, seconds, progress)
-            finally:
-                if snap is not None:
-                    snap.close()
-    checkpoint(cfg.admin_url)
-    with broker_state("redis", "snap", cfg) as run:
-        out["redis"] = steady(run, cfg, rate, seconds, progress)
-    return out
 
 
 def plots(result: dict[str, Any], name: str = "scale") -> list[Path]:
@@ -180,24 +118,6 @@ def plots(result: dict[str, Any], name: str = "scale") -> list[Path]:
         paths.append(IMG_DIR / f"bench_{name}_sizes.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
-    snap = result.get("snapshot")
-    if snap:
-        fig, (a, b) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
-        for name, rows in snap.items():
-            ts = [r["t_s"] / 60 for r in rows]
-            a.plot(ts, [r["n"] / WINDOW_S for r in rows], label=name)
-            b.plot(ts, [r["p99_ms"] for r in rows], label=name)
-        a.set_ylabel("executed / s")
-        b.set_ylabel("pick-up p99 (ms)")
-        b.set_yscale("log")
-        b.set_xlabel("minutes (snapshot held from 0 in delayq_snapshot)")
-        for ax in (a, b):
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        paths.append(IMG_DIR / f"bench_{name}_snapshot.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
     return paths
 
 
@@ -219,19 +139,6 @@ def docs(result: dict[str, Any], name: str = "scale") -> str:
         lines.append(markdown_table(["far-future rows", "drain s", "tasks/s", "vs smallest",
                                      "pick-up p99 ms"], rows, "lrrrr"))
         lines.append(f"\n![sizes](img/bench_{name}_sizes.png)\n")
-    snap = result.get("snapshot")
-    if snap:
-        rows = []
-        for name, ws in snap.items():
-            third = max(1, len(ws) // 3)
-            head, tail = ws[:third], ws[-third:]
-            rows.append([name, sum(w["n"] for w in ws),
-                         round(statistics.median(w["p99_ms"] for w in head), 2),
-                         round(statistics.median(w["p99_ms"] for w in tail), 2),
-                         max(w["p99_ms"] for w in ws)])
-        lines.append(markdown_table(["run", "tasks", "p99 ms first third", "p99 ms last third",
-                                     "worst window p99 ms"], rows, "lrrrr"))
-        lines.append(f"\n![snapshot](img/bench_{name}_snapshot.png)\n")
     return "\n".join(lines)
 
 
@@ -247,10 +154,15 @@ def docs(result: dict[str, Any], name: str = "scale") -> str:
 @click.option("--database-url", default=DEFAULT_ADMIN_URL, show_default=True)
 @click.option("--docs/--no-docs", "write_docs", default=True, show_default=True)
 @click.option("--name", default="scale", show_default=True,
-              help="Results file and docs section name.")
+              help="Results file and docs section name (the snapshot part: NAME_snapshot).")
+@click.option("--server-note", default="",
+              help="snapshot part: how the server was set up, quoted in the docs.")
 def main(parts: str, sizes: str, drain_n: int, rate: float, minutes: float, redis_db: int,
-         counter_db: int, database_url: str, write_docs: bool, name: str) -> None:
+         counter_db: int, database_url: str, write_docs: bool, name: str,
+         server_note: str) -> None:
     """Drain and pick-up vs waiting rows, and over time with a held snapshot, vs Redis."""
+    signal.signal(signal.SIGTERM, _on_sigterm)  # workers, producers and databases cleaned up
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with nohup &
     cfg = Settings.build(True, producers=2, admin_url=database_url, redis_db=redis_db,
                          counter_db=counter_db)
     cfg = dataclasses.replace(cfg, throughput_n=drain_n)
@@ -261,10 +173,27 @@ def main(parts: str, sizes: str, drain_n: int, rate: float, minutes: float, redi
         if "snapshot" in parts:
             result["snapshot"] = part_snapshot(cfg, rate, minutes, progress)
     result["load_average_at_end"] = list(os.getloadavg())
-    console.print(f"results: {write_results(name, result)}")
-    if write_docs:
-        plots(result, name)
-        replace_section(name, docs(result, name))
+    if "snapshot" in parts:  # its own results file and section: the parts run separately
+        snap_name = f"{name}_snapshot"
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SHOW autovacuum").fetchone()
+        result["machine"]["autovacuum"] = str(row[0]) if row else "?"
+        result["machine"]["server_note"] = f" ({server_note})" if server_note else ""
+        result.update(rate=rate, minutes=minutes, drain_n=drain_n, command=(
+            f"python bench/bench_scale.py --parts snapshot --minutes {minutes:g} --rate "
+            f"{rate:g} --drain {drain_n}{' --database-url …' if server_note else ''}"))
+        snap_doc = snapshot.docs(result, snap_name)  # also adds the summary to result
+        console.print(snap_doc)
+        console.print(f"results: {write_results(snap_name, result)}")
+        if write_docs:
+            snapshot.plot(result, IMG_DIR / f"bench_{snap_name}.png")
+            replace_section(snap_name, snap_doc)
+        result = {k: v for k, v in result.items() if not k.startswith("snapshot")}
+    if "sizes" in parts:
+        console.print(f"results: {write_results(name, result)}")
+        if write_docs:
+            plots(result, name)
+            replace_section(name, docs(result, name))
 
 
 if __name__ == "__main__":

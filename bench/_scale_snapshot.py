@@ -1,0 +1,273 @@
+"""bench_scale's ``snapshot`` part: Celery at a steady rate with and without a held snapshot.
+
+The same run three times: delayq on a fresh database, delayq with a REPEATABLE READ snapshot
+held on that database from before the first task to after the last (what ``pg_dump`` does),
+and Redis (no MVCC: the reference line). Each run:
+
+1. a drain burst: ``drain`` no-ops queued, then a worker drains them (the drain rate at the
+   start);
+2. ``rate`` ``bench.lag`` tasks/s for ``minutes`` with one worker running: per ``WINDOW_S``
+   window the executed rate (tasks finished in that wall-clock window) and the backlog, and
+   the pick-up p50/p99 of the tasks sent in that window;
+3. a second drain burst (the drain rate after ``minutes`` of churn, under the snapshot).
+
+Trend measures per run: medians of the first and last third of the windows, and the
+least-squares slope of pick-up p99 over the run in % of its median per minute. The issue's
+target: drain rate and pick-up p99 of the snapshot run within 1.5x of the run without it,
+with no upward trend.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from _common import checkpoint, fresh_database, markdown_table
+from _steady import hold_snapshot
+from bench_celery import (
+    BrokerRun,
+    Producers,
+    Settings,
+    _base_env,
+    _counter,
+    _llen,
+    _publish_paced,
+    broker_state,
+    phase_drain,
+    running_worker,
+)
+
+from delayq_transport import DelayedQueue
+
+WINDOW_S = 10.0
+TARGET_RATIO = 1.5
+
+
+def _delayq_run(db_url: str, cfg: Settings, queue: str, name: str = "delayq") -> BrokerRun:
+    """A BrokerRun on our own database; ``name`` keys its Redis counters (one per size)."""
+    url = "delayq+postgresql://" + db_url.split("://", 1)[1]
+    return BrokerRun(name, _base_env(cfg, queue, url, {}, acks_late=False), db_url)
+
+
+def _table_stats(db_url: str | None) -> dict[str, Any]:
+    if db_url is None:
+        return {}
+    import psycopg
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        row = conn.execute("""
+            SELECT pg_table_size(c.oid) + pg_indexes_size(c.oid), s.n_dead_tup,
+                   s.autovacuum_count
+            FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
+            WHERE c.oid = 'delayed_queue'::regclass""").fetchone()
+    assert row is not None
+    return {"size_mb": round(row[0] / 1024 / 1024, 1), "dead_tuples": row[1],
+            "autovacuums": row[2]}
+
+
+def steady(run: BrokerRun, cfg: Settings, rate: float, seconds: float, progress: Any
+           ) -> list[dict[str, Any]]:
+    """``rate`` lag tasks/s for ``seconds``; one row per window (see the module docstring)."""
+    base = f"bench_scale:{cfg.run_id}:{run.name}:{uuid.uuid4().hex[:6]}"
+    n = int(rate * seconds)
+    plan = [(i / rate, f"{base}:{int(i / rate // WINDOW_S)}", 0.0) for i in range(n)]
+    windows = int(seconds // WINDOW_S) + 1
+    keys = [f"{base}:{w}" for w in range(windows)]
+    client = _counter(cfg)
+    executed: list[tuple[float, int, dict[str, Any]]] = []  # (t, tasks finished, table)
+    with running_worker(run.env, f"steady-{run.name}", cfg), Producers(run.env, 1) as producers:
+        bar = progress.add_task(f"{run.name}: steady {rate:.0f}/s", total=n, rate="",
+                                unit="tasks")
+        start = time.monotonic()
+        producers.submit(_publish_paced, [plan])
+        deadline, seen, next_sample = start + seconds + 120, 0, start + WINDOW_S
+        while time.monotonic() < deadline and seen < n and not producers.errors:
+            seen = sum(_llen(client, k) for k in keys)
+            progress.update(bar, completed=seen)
+            if time.monotonic() >= next_sample:
+                executed.append((next_sample - start, seen, _table_stats(run.db_url)))
+                next_sample += WINDOW_S
+            time.sleep(0.05)
+        executed.append((time.monotonic() - start, seen, _table_stats(run.db_url)))
+        if producers.errors:
+            raise producers.errors[0]
+    rows = []
+    prev_t, prev_n = 0.0, 0
+    for w, key in enumerate(keys):
+        lags = sorted(float(v) * 1000 for v in client.lrange(key, 0, -1))
+        client.delete(key)
+        if w >= len(executed):
+            break
+        t, done, table = executed[w]
+        if t - prev_t < WINDOW_S / 2:
+            break  # the tail after the last full window: too short for a rate
+        sent = min(n, int(rate * t))
+        row: dict[str, Any] = {"t_s": w * WINDOW_S,
+                               "executed_per_s": round((done - prev_n) / (t - prev_t), 1),
+                               "backlog": max(0, sent - done), **table}
+        prev_t, prev_n = t, done
+        if len(lags) >= 2:
+            q = statistics.quantiles(lags, n=100, method="inclusive")
+            row.update(n=len(lags), p50_ms=round(q[49], 2), p99_ms=round(q[98], 2))
+        rows.append(row)
+    return rows
+
+
+def part_snapshot(cfg: Settings, rate: float, minutes: float, progress: Any) -> dict[str, Any]:
+    """Each run: drain burst, steady load, drain burst (module docstring)."""
+    out: dict[str, Any] = {}
+    seconds = minutes * 60
+    for name, held in (("delayq", False), ("delayq_snapshot", True)):
+        checkpoint(cfg.admin_url)
+        with fresh_database(cfg.admin_url, prefix="delayq_bench10_snap") as db_url:
+            queue = f"bench_snap_{cfg.run_id}"
+            DelayedQueue(db_url, kind=queue).close()
+            run = _delayq_run(db_url, cfg, queue, name)
+            snap = hold_snapshot(db_url, "delayed_queue") if held else None
+            try:
+                out[name] = _one(run, cfg, rate, seconds, progress)
+            finally:
+                if snap is not None:
+                    snap.close()
+    checkpoint(cfg.admin_url)
+    with broker_state("redis", "snap", cfg) as run:
+        out["redis"] = _one(run, cfg, rate, seconds, progress)
+    return out
+
+
+def _one(run: BrokerRun, cfg: Settings, rate: float, seconds: float, progress: Any
+         ) -> dict[str, Any]:
+    before = phase_drain(run, cfg, progress)
+    windows = steady(run, cfg, rate, seconds, progress)
+    after = phase_drain(run, cfg, progress)
+    return {"drain_before": before, "windows": windows, "drain_after": after,
+            "table_after": _table_stats(run.db_url)}
+
+
+def _slope_pct_per_min(ws: list[dict[str, Any]], key: str) -> float | None:
+    """Least-squares slope of ``key`` over time, in % of its median per minute."""
+    pts = [(w["t_s"] / 60, w[key]) for w in ws if w.get(key) is not None]
+    if len(pts) < 3:
+        return None
+    slope = statistics.linear_regression([p[0] for p in pts], [p[1] for p in pts]).slope
+    med = statistics.median(p[1] for p in pts)
+    return round(100 * slope / med, 2) if med else None
+
+
+def summarize(run: dict[str, Any]) -> dict[str, Any]:
+    ws = run["windows"][1:]  # the first window holds the worker's warm-up
+    third = max(1, len(ws) // 3)
+    head, tail = ws[:third], ws[-third:]
+
+    def med(rows: list[dict[str, Any]], key: str) -> float | None:
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return round(statistics.median(vals), 2) if vals else None
+
+    out: dict[str, Any] = {}
+    for key in ("executed_per_s", "p50_ms", "p99_ms"):
+        out[key] = {"all": med(ws, key), "first": med(head, key), "last": med(tail, key),
+                    "slope_pct_per_min": _slope_pct_per_min(ws, key)}
+    out["worst_p99_ms"] = max((w.get("p99_ms") or 0 for w in ws), default=None)
+    out["max_backlog"] = max((w["backlog"] for w in ws), default=0)
+    for when in ("before", "after"):
+        out[f"drain_{when}_per_s"] = run[f"drain_{when}"].get("tasks_per_s")
+    return out
+
+
+def verdict(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Snapshot vs no snapshot: ratios (drain: slower is higher) and the trend."""
+    base, snap = summary.get("delayq"), summary.get("delayq_snapshot")
+    if not base or not snap:
+        return {}
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 3) if a and b else None
+
+    out = {
+        "p99_ratio_all": ratio(snap["p99_ms"]["all"], base["p99_ms"]["all"]),
+        "p99_ratio_last_third": ratio(snap["p99_ms"]["last"], base["p99_ms"]["last"]),
+        "executed_ratio": ratio(base["executed_per_s"]["all"], snap["executed_per_s"]["all"]),
+        "drain_after_ratio": ratio(base["drain_after_per_s"], snap["drain_after_per_s"]),
+        "drain_trend": ratio(snap["drain_before_per_s"], snap["drain_after_per_s"]),
+        "p99_trend": ratio(snap["p99_ms"]["last"], snap["p99_ms"]["first"]),
+        "p99_trend_base": ratio(base["p99_ms"]["last"], base["p99_ms"]["first"]),
+    }
+    ratios = [out[k] for k in ("p99_ratio_all", "p99_ratio_last_third", "executed_ratio",
+                               "drain_after_ratio")]
+    out["within_1_5x"] = all(r is not None and r <= TARGET_RATIO for r in ratios)
+    return out
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    snap = result["snapshot"]
+    panels = [("executed_per_s", "executed / s"), ("p99_ms", "pick-up p99 (ms)"),
+              ("p50_ms", "pick-up p50 (ms)"), ("dead_tuples", "dead tuples (delayq)")]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.2 * len(panels)), sharex=True)
+    for run_name, run in snap.items():
+        ws = run["windows"]
+        ts = [w["t_s"] / 60 for w in ws]
+        for ax, (key, label) in zip(axes, panels, strict=True):
+            if key == "dead_tuples" and run_name == "redis":
+                continue
+            ax.plot(ts, [w.get(key) for w in ws], label=run_name)
+            ax.set_ylabel(label, fontsize=8)
+            ax.grid(alpha=0.3)
+    axes[1].set_yscale("log")
+    axes[2].set_yscale("log")
+    axes[0].legend(fontsize=8)
+    axes[-1].set_xlabel("minutes (snapshot held from before 0 in delayq_snapshot)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def docs(result: dict[str, Any], name: str) -> str:
+    m = result["machine"]
+    pg = m.get("postgresql", {})
+    summary = {k: summarize(v) for k, v in result["snapshot"].items()}
+    v = verdict(summary)
+    result["snapshot_summary"], result["snapshot_verdict"] = summary, v
+    cmd = result.get("command", "python bench/bench_scale.py --parts snapshot")
+    lines = [f"## Celery with a held snapshot (issue 10)\n\n`{cmd}` at revision "
+             f"{result['revision']}; worker `-P prefork -c 2`, prefetch 4 (bench_celery's); "
+             f"PostgreSQL {pg.get('server_version', '?')}, server `autovacuum = "
+             f"{m.get('autovacuum', '?')}`{m.get('server_note', '')}; load average "
+             f"{m['load_average_at_start'][0]:.1f} at start, "
+             f"{result['load_average_at_end'][0]:.1f} at end (2 cores shared). Each run: a "
+             f"drain burst of {result['drain_n']:,} no-ops, {result['rate']:g} tasks/s for "
+             f"{result['minutes']:g} minutes, a second drain burst; the snapshot is held "
+             "through all three. Windows of 10 s (the first, the worker's warm-up, left out); "
+             "first / last = medians of the first and last third; slope = least squares in % "
+             "of the median per minute.\n"]
+    rows = []
+    for run_name, s in summary.items():
+        rows.append([run_name, s["executed_per_s"]["all"],
+                     f"{s['drain_before_per_s']} → {s['drain_after_per_s']}",
+                     f"{s['p50_ms']['first']} → {s['p50_ms']['last']}",
+                     f"{s['p99_ms']['first']} → {s['p99_ms']['last']}",
+                     s["p99_ms"]["slope_pct_per_min"], s["worst_p99_ms"], s["max_backlog"]])
+    lines.append(markdown_table(
+        ["run", "executed/s", "drain burst tasks/s before → after", "p50 ms first → last",
+         "p99 ms first → last", "p99 slope %/min", "worst p99 ms", "max backlog"],
+        rows, "lrrrrrrr"))
+    if v:
+        lines.append(
+            f"\nSnapshot vs none: pick-up p99 {v['p99_ratio_all']}x over the run, "
+            f"{v['p99_ratio_last_third']}x in the last third; executed rate "
+            f"{v['executed_ratio']}x; drain burst after the run {v['drain_after_ratio']}x "
+            f"slower. Trend under the snapshot: p99 last/first third {v['p99_trend']}x "
+            f"(without: {v['p99_trend_base']}x), drain burst before/after "
+            f"{v['drain_trend']}x. Within {TARGET_RATIO}x: "
+            f"{'yes' if v['within_1_5x'] else '**no**'}.\n")
+    lines.append(f"![snapshot](img/bench_{name}.png)\n")
+    return "\n".join(lines)
