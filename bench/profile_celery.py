@@ -2,14 +2,18 @@
 
 For each broker the same two steps as ``bench_celery.py``'s drain phase, measured instead of
 timed: one producer process publishes N no-op tasks (nothing consumes), then one ``celery
-worker`` (same settings as the benchmark) drains them. For each step:
+worker`` (same settings as the benchmark) drains them. With ``--e2e``, instead the
+throughput phase: the worker runs while the benchmark's producer processes publish N tasks.
+For each step:
 
 - producer / worker main process / pool children CPU per task (psutil);
 - broker server CPU per task: every process of the PostgreSQL cluster (backends, WAL writer,
   checkpointer), the ``redis-server`` or RabbitMQ's ``beam.smp`` process;
 - for delayq: statements per task and their execution time per task from
   ``pg_stat_statements``, and WAL bytes per task (``pg_current_wal_lsn`` difference);
-- optionally (``--py-spy``) the worker main process' hottest functions during the drain.
+- optionally (``--py-spy``) the worker main process' hottest functions during the drain;
+- end to end, for delayq: the worker's own counts per task (NOTIFYs received, LISTEN reads,
+  polls, rows per poll, loop ticks), from ``_profile_hooks/sitecustomize.py``.
 
 ``pg_stat_statements`` must be preloaded, which the shared development server is not: run this
 against a throwaway cluster (``--admin-url postgresql://postgres@127.0.0.1:5499/postgres``,
@@ -86,29 +90,32 @@ class PgStats:
         self.admin_url, self.dbname = admin_url, db_url.rsplit("/", 1)[1]
         self.start = self._read()
 
-    def _read(self) -> tuple[dict[str, tuple[int, float]], int]:
+    def _read(self) -> tuple[dict[str, tuple[int, float, int]], int]:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             rows = conn.execute(
-                "SELECT query, sum(calls)::bigint, sum(total_exec_time) FROM pg_stat_statements s"
+                "SELECT query, sum(calls)::bigint, sum(total_exec_time), sum(rows)::bigint"
+                " FROM pg_stat_statements s"
                 " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s GROUP BY query",
                 (self.dbname,)).fetchall()
             lsn = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
         assert lsn is not None
-        return {r[0]: (int(r[1]), float(r[2])) for r in rows}, int(lsn[0])
+        return {r[0]: (int(r[1]), float(r[2]), int(r[3])) for r in rows}, int(lsn[0])
 
     def delta(self, n: int) -> dict[str, Any]:
         end, lsn = self._read()
-        per: list[tuple[str, float, float]] = []
-        for query, (calls, ms) in end.items():
-            c0, m0 = self.start[0].get(query, (0, 0.0))
+        per: list[tuple[str, float, float, float]] = []
+        for query, (calls, ms, rows) in end.items():
+            c0, m0, r0 = self.start[0].get(query, (0, 0.0, 0))
             if calls - c0:
-                per.append((_label(query), (calls - c0) / n, (ms - m0) * 1000 / n))
+                per.append((_label(query), (calls - c0) / n, (ms - m0) * 1000 / n,
+                            (rows - r0) / (calls - c0)))
         per.sort(key=lambda x: -x[2])
         return {"statements_per_task": round(sum(p[1] for p in per), 3),
                 "exec_us_per_task": round(sum(p[2] for p in per), 1),
                 "wal_bytes_per_task": round((lsn - self.start[1]) / n, 1),
                 "by_statement": [{"statement": q, "calls_per_task": round(c, 4),
-                                  "exec_us_per_task": round(us, 1)} for q, c, us in per[:8]]}
+                                  "exec_us_per_task": round(us, 1), "rows_per_call": round(r, 2)}
+                                 for q, c, us, r in per[:10]]}
 
 
 def _label(query: str) -> str:
@@ -198,6 +205,55 @@ def profile(broker: str, cfg: bc.Settings, n: int, pyspy: bool) -> dict[str, Any
     return out
 
 
+HOOKS = Path(__file__).resolve().parent / "_profile_hooks"
+
+
+def profile_e2e(broker: str, cfg: bc.Settings, n: int) -> dict[str, Any]:
+    """Producers and worker together, as in ``bench_celery.py``'s throughput phase."""
+    key = bc._key(cfg, broker, "e2e", uuid.uuid4().hex[:8])
+    warm_key = key + ":warm"
+    jobs = [("bench.noop", min(bc.CHUNK, n - i), (key, n), {}) for i in range(0, n, bc.CHUNK)]
+    counts_path = cfg.logdir / f"{broker}-counts.json"
+    with bc.broker_state(broker, "profile", cfg) as run:
+        env = {**run.env, "DELAYQ_PROFILE_COUNTS": str(counts_path),
+               "PYTHONPATH": os.pathsep.join([str(HOOKS), run.env["PYTHONPATH"]])}
+        with bc.running_worker(env, f"e2e-{broker}", cfg) as worker, \
+                bc.Producers(run.env, cfg.producers) as producers:
+            client = bc._counter(cfg)
+            producers.submit(bc._publish, [("bench.noop", 200, (warm_key, 200), {})])
+            while bc._get_int(client, warm_key) < 200:
+                time.sleep(0.02)
+            time.sleep(1.0)  # the counts file is rewritten every 0.5 s
+            kids_p = [psutil.Process(p.pid) for p in producers.pool._pool]  # type: ignore[attr-defined]
+            main = psutil.Process(worker.proc.pid)
+            kids = main.children(recursive=True)
+            server = ServerCpu(broker, cfg.admin_url)
+            pg = PgStats(cfg.admin_url, run.db_url) if run.db_url else None
+            counts0 = json.loads(counts_path.read_text()) if counts_path.exists() else {}
+            c_prod = sum(_cpu(k) for k in kids_p)
+            c_main, c_kids, t0 = _cpu(main), sum(_cpu(k) for k in kids), time.time()
+            producers.submit(bc._publish, jobs)
+            while bc._get_int(client, key) < n and time.time() - t0 < 300:
+                time.sleep(0.02)
+            seconds = time.time() - t0
+            out = {
+                "tasks_per_s": round(n / seconds, 1),
+                "producers_cpu_us_per_task": round(
+                    (sum(_cpu(k) for k in kids_p) - c_prod) * 1e6 / n),
+                "worker_main_cpu_us_per_task": round((_cpu(main) - c_main) * 1e6 / n),
+                "pool_children_cpu_us_per_task": round(
+                    (sum(_cpu(k) for k in kids) - c_kids) * 1e6 / n),
+                "server_cpu_us_per_task": round(server.used() * 1e6 / n)}
+            if pg:
+                out.update(pg.delta(n))
+            time.sleep(1.0)
+            if counts_path.exists():
+                counts1 = json.loads(counts_path.read_text())
+                out["worker_counts_per_task"] = {
+                    k: round((v - counts0.get(k, 0)) / n, 3) for k, v in sorted(counts1.items())}
+    return out
+
+
 @click.command()
 @click.option("--brokers", default="delayq,redis,amqp", show_default=True)
 @click.option("--tasks", default=5000, show_default=True)
@@ -205,13 +261,22 @@ def profile(broker: str, cfg: bc.Settings, n: int, pyspy: bool) -> dict[str, Any
               show_default=True, help="A cluster with pg_stat_statements preloaded.")
 @click.option("--py-spy", "pyspy", is_flag=True, help="Sample the worker main process.")
 @click.option("--output", default="", help="Write the JSON results here.")
-def main(brokers: str, tasks: int, admin_url: str, pyspy: bool, output: str) -> None:
+@click.option("--e2e", is_flag=True, help="Producers and worker together (throughput phase).")
+@click.option("--producers", default=2, show_default=True, help="Producer processes (--e2e).")
+@click.option("--redis-db", default=11, show_default=True)
+@click.option("--counter-db", default=12, show_default=True)
+def main(brokers: str, tasks: int, admin_url: str, pyspy: bool, output: str, e2e: bool,
+         producers: int, redis_db: int, counter_db: int) -> None:
     """Profile one producer and one worker per broker: CPU, statements, WAL per task."""
-    cfg = bc.Settings.build(False, producers=1, admin_url=admin_url, redis_db=11, counter_db=12)
+    cfg = bc.Settings.build(False, producers=producers if e2e else 1, admin_url=admin_url,
+                            redis_db=redis_db, counter_db=counter_db)
     results: dict[str, Any] = {"load_average_at_start": list(os.getloadavg())}
     try:
         for broker in brokers.split(","):
-            results[broker] = profile(broker, cfg, tasks, pyspy)
+            if e2e:
+                results[broker] = {"e2e": profile_e2e(broker, cfg, tasks)}
+            else:
+                results[broker] = profile(broker, cfg, tasks, pyspy)
     finally:
         bc._kill_all()
         bc._cleanup_counters(cfg)
@@ -221,11 +286,12 @@ def main(brokers: str, tasks: int, admin_url: str, pyspy: bool, output: str) -> 
         Path(output).write_text(text)
     rows = []
     for broker in brokers.split(","):
-        for step in ("publish", "drain"):
+        for step in ("e2e",) if e2e else ("publish", "drain"):
             r = results[broker][step]
-            rows.append([broker, step, str(r["tasks_per_s"]),
-                         str(r.get("producer_cpu_us_per_task",
-                                   r.get("worker_main_cpu_us_per_task"))),
+            client_cpu = (f"{r['producers_cpu_us_per_task']} / {r['worker_main_cpu_us_per_task']}"
+                          if step == "e2e" else r.get("producer_cpu_us_per_task",
+                                                      r.get("worker_main_cpu_us_per_task")))
+            rows.append([broker, step, str(r["tasks_per_s"]), str(client_cpu),
                          str(r.get("pool_children_cpu_us_per_task", "")),
                          str(r["server_cpu_us_per_task"]),
                          str(r.get("statements_per_task", "")),

@@ -147,10 +147,14 @@ class Database:
             if self._relaxed_pool is None:
                 # Its statements are the hot path: fixed shapes on index keys, so one generic
                 # plan serves every call (custom plans re-planned the poll on every execution:
-                # ~0.2 ms of its ~0.75 ms). tests/integration/test_schema.py checks their plans.
+                # ~0.2 ms of its ~0.75 ms). That plan is made once per connection and kept
+                # until the table is next analyzed; made while the table was nearly empty (a
+                # worker started before the publishers), it seq-scanned every poll, ack and
+                # lease, 2-3 ms each on a few thousand rows. Seq scans off: the index is taken
+                # whatever the size. tests/integration/test_schema.py checks their plans.
                 self._relaxed_pool = self._make_pool(
                     "delayq-relaxed", synchronous_commit="off",
-                    plan_cache_mode="force_generic_plan")
+                    plan_cache_mode="force_generic_plan", enable_seqscan="off")
             return self._relaxed_pool
 
     def _probe(self) -> None:

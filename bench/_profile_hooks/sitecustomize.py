@@ -1,0 +1,74 @@
+"""Counters inside a profiled worker (``profile_celery.py --e2e``), loaded as ``sitecustomize``.
+
+Only active when ``DELAYQ_PROFILE_COUNTS`` names a file: then the transport's wake-up and poll
+paths are wrapped to count what they do, and the counts are written to that file twice a
+second (the worker is killed, not stopped, at the end of a phase). Nothing else is changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+_PATH = os.environ.get("DELAYQ_PROFILE_COUNTS")
+
+
+def _install(path: str) -> None:
+    from delayq_transport.core.listen import Listener
+    from delayq_transport.transport.transport import Transport
+
+    counts: Counter[str] = Counter()
+    pid = os.getpid()
+
+    def wrap(cls: Any, name: str, after: Any) -> None:
+        original = getattr(cls, name)
+
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(self, *args, **kwargs)
+            if os.getpid() == pid:
+                after(self, args, result)
+            return result
+
+        setattr(cls, name, wrapper)
+
+    def drained(_: Any, __: Any, notes: Any) -> None:
+        counts["listen_drains"] += 1
+        counts["notifies_received"] += len(notes)
+        counts["listen_drains_with_notes"] += bool(notes)
+
+    def ticked(self: Any, _: Any, __: Any) -> None:
+        counts["loop_ticks"] += 1
+
+    def started(self: Any, _: Any, __: Any) -> None:
+        counts["start_poll_calls"] += 1
+        if self._inflight is not None:
+            counts["polls"] += 1
+            counts["rows_wanted"] += sum(p.want for p in self._inflight[1])
+
+    def delivered(self: Any, args: Any, result: Any) -> None:
+        counts["polls_delivered"] += 1
+        counts["rows_delivered"] += int(result or 0)
+        counts["empty_polls"] += not result
+
+    wrap(Listener, "drain", drained)
+    wrap(Transport, "_on_tick", ticked)
+    wrap(Transport, "_start_poll", started)
+    wrap(Transport, "_deliver_polled", delivered)
+
+    def dump() -> None:
+        while True:
+            time.sleep(0.5)
+            tmp = f"{path}.tmp"
+            with open(tmp, "w") as fh:
+                json.dump(dict(counts), fh)
+            os.replace(tmp, path)
+
+    threading.Thread(target=dump, name="profile-counts", daemon=True).start()
+
+
+if _PATH:
+    _install(_PATH)
