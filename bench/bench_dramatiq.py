@@ -13,10 +13,15 @@ a no-op actor reporting to a Redis counter database with one round trip. Phases:
   one-hour messages sent by 4 producers, RSS again once stable, then a sample of 2-second
   messages (one every 50 ms) whose lateness (run time - eta) is recorded; a 30-day delay is
   sent and whether the broker accepts it noted.
+
+``--phases`` picks the phases (``e2e,alone,delays``) and ``--delay-brokers`` the brokers of the
+delays phase: whatever a run skips is carried over from the previous results file
+(``bench/results/dramatiq.json``) and the section says from which revision.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import statistics
@@ -36,6 +41,7 @@ import redis
 from _common import (
     BENCH_DIR,
     IMG_DIR,
+    RESULTS_DIR,
     console,
     database_url_option,
     fresh_database,
@@ -265,33 +271,67 @@ def accepts_30_days(setup: Setup) -> str:
 @click.option("--waiting", default=100_000, show_default=True, help="One-hour messages")
 @click.option("--sample", default=100, show_default=True, help="2-second messages sampled")
 @click.option("--brokers", default=",".join(BROKERS), show_default=True)
+@click.option("--phases", default="e2e,alone,delays", show_default=True,
+              help="Phases to run; the others are carried over from the previous results")
+@click.option("--delay-brokers", default="",
+              help="Brokers of the delays phase (default: --brokers)")
+@click.option("--redis-db", default=REDIS_BROKER_DB, show_default=True)
+@click.option("--counter-db", default=COUNTER_DB, show_default=True)
 @click.option("--write/--no-write", default=True, help="Rewrite docs/benchmarks.md")
 def main(database_url: str, messages: int, rounds: int, waiting: int, sample: int,
-         brokers: str, write: bool) -> None:
+         brokers: str, phases: str, delay_brokers: str, redis_db: int, counter_db: int,
+         write: bool) -> None:
+    global REDIS_BROKER_DB, COUNTER_DB
+    REDIS_BROKER_DB, COUNTER_DB = redis_db, counter_db
     kinds = [b for b in brokers.split(",") if b]
+    run = {p for p in phases.split(",") if p}
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench14-{uuid.uuid4().hex[:6]}"
     tmp.mkdir(parents=True)
     info = machine_info(database_url)
+    previous = _previous()
+    revision = git_revision()
+    carried: dict[str, str] = {}
     e2e: dict[str, list[float]] = {k: [] for k in kinds}
-    for r in range(rounds):
-        for kind in kinds if r % 2 == 0 else reversed(kinds):
-            e2e[kind].append(end_to_end(kind, database_url, messages, tmp))
-            console.print(f"round {r + 1} {kind}: {e2e[kind][-1]:,.0f} msgs/s end to end")
+    if "e2e" in run:
+        for r in range(rounds):
+            for kind in kinds if r % 2 == 0 else reversed(kinds):
+                e2e[kind].append(end_to_end(kind, database_url, messages, tmp))
+                console.print(f"round {r + 1} {kind}: {e2e[kind][-1]:,.0f} msgs/s end to end")
+    else:
+        e2e = {k: previous["end_to_end"][k] for k in kinds}
+        SEND_RATES.update({k: previous.get("send_rate", {}).get(k, []) for k in kinds})
+        carried["end to end"] = previous["revision"]
     alone = {}
     for kind in kinds:
-        alone[kind] = worker_alone(kind, database_url, messages, tmp)
-        console.print(f"{kind}: worker alone {alone[kind]:,.0f} msgs/s")
+        if "alone" in run:
+            alone[kind] = worker_alone(kind, database_url, messages, tmp)
+            console.print(f"{kind}: worker alone {alone[kind]:,.0f} msgs/s")
+        else:
+            alone[kind] = previous["worker_alone"][kind]
+            carried["worker alone"] = previous["revision"]
     delayed = {}
     for kind in kinds:
-        delayed[kind] = delays(kind, database_url, waiting, sample, tmp)
-        console.print(f"{kind}: {delayed[kind]}")
-    data = {"machine": info, "revision": git_revision(), "messages": messages,
+        if "delays" in run and kind in (delay_brokers.split(",") if delay_brokers else kinds):
+            delayed[kind] = delays(kind, database_url, waiting, sample, tmp)
+            delayed[kind]["revision"] = revision
+            console.print(f"{kind}: {delayed[kind]}")
+        else:
+            delayed[kind] = dict(previous["delays"][kind])
+            delayed[kind].setdefault("revision", previous["revision"])
+            carried[f"delays ({LABELS[kind]})"] = delayed[kind]["revision"]
+    data = {"machine": info, "revision": revision, "messages": messages,
             "rounds": rounds, "waiting": waiting, "end_to_end": e2e, "send_rate": SEND_RATES,
-            "worker_alone": alone,
+            "worker_alone": alone, "carried_over": carried,
             "delays": delayed, "load_average_at_end": list(os.getloadavg())}
     write_results("dramatiq", data)
     if write:
         replace_section("dramatiq", render(data))
+
+
+def _previous() -> dict[str, Any]:
+    """The last recorded results, for the phases a run skips (empty if there are none)."""
+    path = RESULTS_DIR / "dramatiq.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def render(data: dict[str, Any]) -> str:
@@ -343,6 +383,10 @@ def render(data: dict[str, Any]) -> str:
         {LABELS[k]: [med[k], alone[k]] for k in kinds},
         title="Dramatiq no-op throughput (msgs/s)", ylabel="messages/s")
     m = data["machine"]
+    carried = data.get("carried_over") or {}
+    note = ("\n\nCarried over from earlier runs of this script (not re-run here): "
+            + "; ".join(f"{phase} from {rev}" for phase, rev in carried.items()) + "."
+            if carried else "")
     return f"""## Dramatiq broker
 
 `bench/bench_dramatiq.py` — {m['cpu_count']} cores, PostgreSQL
@@ -355,7 +399,7 @@ counter with one round trip. End to end: {data['messages']:,} no-op messages sen
 processes while a worker `-p 2 -t 8` runs (first send to last run), {data['rounds']} rounds with
 the brokers interleaved; worker alone: the same queued first. Delays: worker `-p 1 -t 4`,
 {data['waiting']:,} one-hour messages sent by 4 producers, then {delayed[kinds[0]]['sample']}
-2-second messages (one every 50 ms), lateness = run time - eta, waited for at most 30 s.
+2-second messages (one every 50 ms), lateness = run time - eta, waited for at most 30 s.{note}
 
 {targets}
 

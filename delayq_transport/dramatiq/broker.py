@@ -86,6 +86,9 @@ class DelayqBroker(Broker):
         once committed, like Redis' default persistence; a PostgreSQL crash may lose the sends
         of its last ~0.6 s). Acks and leases never wait for the flush (a crash can only
         redeliver).
+      low_watermark: each poll starts above the rows this process already took (where only
+        dead index entries lie) instead of the bottom of the index; the hub's NOTIFYs and this
+        process' own sends lower it, a full rescan runs every 30 s (as the kombu transport).
       fail_fast_default: ``join`` raises the exception of a message dead-lettered in this
         process (StubBroker's behaviour, for tests).
     """
@@ -102,6 +105,7 @@ class DelayqBroker(Broker):
         dead_message_ttl: int = DEFAULT_DEAD_MESSAGE_TTL_MS,
         max_priority: int | None = None,
         durable_publish: bool = False,
+        low_watermark: bool = True,
         fail_fast_default: bool = False,
         namespace: str = names.NAMESPACE,
         ensure_schema: bool = True,
@@ -128,7 +132,8 @@ class DelayqBroker(Broker):
         self.db = database
         self.queue = DelayedQueue(database, kind=f"{namespace}:", table=table,
                                   acquire_timeout=timedelta(seconds=acquire_timeout),
-                                  ensure_schema=ensure_schema, relaxed_consumer_commits=True)
+                                  ensure_schema=ensure_schema, relaxed_consumer_commits=True,
+                                  low_watermark=low_watermark)
         self._kind_queues: dict[str, DelayedQueue] = {}
         self._failures: defaultdict[str, deque[Failure]] = defaultdict(
             lambda: deque(maxlen=FAILURES_KEPT))

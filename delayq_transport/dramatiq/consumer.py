@@ -38,10 +38,12 @@ ACK_FLUSH_INTERVAL_S = 0.02
 EXPIRE_INTERVAL_S = 60.0
 #: After a timer finds nothing due (host and database clocks differ slightly), look again soon.
 SKEW_RETRY_S = 0.005
-#: A busy consumer (messages in flight) answers notifications at most this often: under a
-#: stream of sends every send notifies every worker process, and polling once per message per
-#: process spent the database's CPU that the producers needed. An idle consumer polls at once.
-BUSY_POLL_GAP_S = 0.005
+#: A consumer answers notifications with at most one poll per this interval: under a stream of
+#: sends every send notifies every worker process, and one poll per message per process spent
+#: the CPU (two cores shared with PostgreSQL and the producers) that the producers needed. A
+#: consumer whose last poll is older polls at once; due times (delayed messages, leases) are
+#: not held back by it.
+POLL_GAP_S = 0.010
 
 
 class DelayqMessageProxy(MessageProxy):
@@ -68,7 +70,8 @@ class DelayqConsumer(Consumer):
         self._held: dict[str, int] = {}  # lock -> deliveries still held under it
         self._handed: dict[int, Envelope] = {}  # row id -> handed to the worker, not settled
         self._pending_acks: list[Envelope] = []
-        self._wanted = True            # poll at once (start-up, a notification, a full poll)
+        self._wanted = True            # poll soon (start-up, a notification, a full poll)
+        self._notes = 0                # notifications received: one during a poll re-arms it
         self._next_due_ms: float | None = None
         self._last_poll = 0.0
         self._closed = False
@@ -110,7 +113,7 @@ class DelayqConsumer(Consumer):
         if self._closed or room <= 0:
             return False
         since = time.monotonic() - self._last_poll
-        if self._wanted and (room == self.prefetch or since >= BUSY_POLL_GAP_S):
+        if self._wanted and since >= POLL_GAP_S:
             return True
         if since >= self.broker.polling_interval:
             return True
@@ -120,12 +123,15 @@ class DelayqConsumer(Consumer):
     def _poll(self) -> bool:
         room = self._room()
         self._wanted = False
+        notes = self._notes
         self._last_poll = time.monotonic()
         envs, next_due = self.broker.queue.poll(room, self.kinds)
         self._next_due_ms = next_due
+        # A full batch: more may be due already. A notification during the poll: its row may
+        # have committed after the statement's snapshot.
+        self._wanted = len(envs) >= room or self._notes != notes
         if not envs:
             return False
-        self._wanted = len(envs) >= room  # a full batch: more may be due already
         with self._lock:
             self._buffer.extend(envs)
             self._outstanding += len(envs)
@@ -136,8 +142,8 @@ class DelayqConsumer(Consumer):
     def _wait_s(self, deadline: float) -> float:
         now = time.monotonic()
         wait = min(deadline - now, self.broker.polling_interval - (now - self._last_poll))
-        if self._wanted:  # a busy consumer holding back a notification (BUSY_POLL_GAP_S)
-            wait = min(wait, max(BUSY_POLL_GAP_S - (now - self._last_poll), 0.0005))
+        if self._wanted:  # a notification held back until POLL_GAP_S after the last poll
+            wait = min(wait, max(POLL_GAP_S - (now - self._last_poll), 0.0005))
         due = self._next_due_ms
         if due is not None and self._room() > 0:
             wait = min(wait, max((due - time.time() * 1000) / 1000, SKEW_RETRY_S))
@@ -178,9 +184,11 @@ class DelayqConsumer(Consumer):
 
     def nack(self, message: MessageProxy) -> None:
         env = _envelope(message)
-        exc = getattr(message, "_exception", None)
+        # Recorded before the row leaves the queue: ``join`` returns as soon as it sees the
+        # queue empty, and ``fail_fast`` must then find this failure (recorded after the move,
+        # a join polling in between returned without raising).
+        self.broker.record_failure(self.queue_name, message, getattr(message, "_exception", None))
         self._dead_letter([env], [message._message.encode()])
-        self.broker.record_failure(self.queue_name, message, exc)
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:
         envs = [_envelope(m) for m in messages]
@@ -229,11 +237,20 @@ class DelayqConsumer(Consumer):
             return set(self._held)
 
     def notify(self, at_ms: int | None) -> None:
-        """A row of our kinds became available (``None``: poll now, notifications were lost)."""
+        """A row of our kinds became available (``None``: poll now, notifications were lost).
+
+        Only a change wakes the consumer thread: a consumer already waiting to poll wakes by
+        itself at the end of its poll gap, so a stream of sends does not wake it once each.
+        """
+        self._notes += 1
         if at_ms is None or at_ms <= time.time() * 1000:
+            if self._wanted:
+                return
             self._wanted = True
         elif self._next_due_ms is None or at_ms < self._next_due_ms:
             self._next_due_ms = at_ms
+        else:
+            return
         self.event.set()
 
     def close(self) -> None:
@@ -317,13 +334,16 @@ class Hub:
             return list(self._consumers)
 
     def _run(self) -> None:
-        next_lease = next_expire = 0.0
+        next_lease = next_expire = next_acks = 0.0
         try:
             while not self._stop.is_set():
-                notes = self._wait_notes(ACK_FLUSH_INTERVAL_S)
+                notes = self._wait_notes(max(next_acks - time.monotonic(), 0.0))
                 if notes is None or notes:
                     self._dispatch(notes)
                 now = time.monotonic()
+                if now < next_acks:
+                    continue  # woken by a notification: acks wait for their interval
+                next_acks = now + ACK_FLUSH_INTERVAL_S
                 try:
                     self._flush_acks()
                     if now >= next_lease:
@@ -360,6 +380,12 @@ class Hub:
             return None
 
     def _dispatch(self, notes: list[tuple[str, int]] | None) -> None:
+        queue = self.broker.queue
+        if notes is None:
+            queue.reset_watermarks()  # notifications may be lost: polls scan from the bottom
+        else:
+            for kind, at in notes:
+                queue.lower_watermark(kind, at)  # the next poll scans from below this row
         for consumer in self.consumers():
             if notes is None:
                 consumer.notify(None)
