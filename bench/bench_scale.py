@@ -7,6 +7,14 @@ Parts (``--parts``):
   each of ``--sizes`` with generate_series; at each size, ``--drain`` no-op tasks are queued,
   then one worker (``-P prefork -c 2``, as bench_celery) drains them (rate), then a short
   steady run measures pick-up latency. Redis runs the same drain and latency once.
+  **Paired drains:** a reference database holding the smallest size is drained back to back
+  with the measured one, ``--rounds`` times, in alternating order, and the ratio is the median
+  big drain over the median reference drain of the same minutes. A single drain of a few
+  seconds on this shared 2-core machine varies by 30-40 % from one minute to the next (the
+  same table: 6.4, 9.0, 8.2 s), so an unpaired ratio cannot resolve a 1.1x target; the smallest
+  size's own ratio shows the noise left. Before every drain: rows of earlier phases that a
+  killed worker left leased are deleted (counted in the results), and a CHECKPOINT, so no
+  drain pays another's dirty pages or full-page images.
 - ``snapshot``: a steady ``--rate`` tasks/s of ``bench.lag`` for ``--minutes``; pick-up p50/p99
   and executed count per 10 s window, for delayq without and with a REPEATABLE READ snapshot
   held the whole time, and for Redis.
@@ -19,21 +27,24 @@ bench/bench_scale.py``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _scale_snapshot as snapshot  # noqa: E402
-import psycopg  # noqa: E402
 from _common import (  # noqa: E402
     DEFAULT_ADMIN_URL,
     IMG_DIR,
+    RESULTS_DIR,
     checkpoint,
     console,
     fresh_database,
@@ -47,6 +58,7 @@ from _common import (  # noqa: E402
 from _scale_snapshot import _delayq_run, part_snapshot  # noqa: E402
 from _steady import load_far_rows  # noqa: E402
 from bench_celery import (  # noqa: E402
+    BrokerRun,
     Settings,
     _on_sigterm,
     broker_state,
@@ -59,23 +71,48 @@ from delayq_transport import DelayedQueue  # noqa: E402
 WINDOW_S = 10.0
 
 
-def part_sizes(cfg: Settings, sizes: list[int], progress: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"delayq": [], "redis": None}
+def _drain(run: BrokerRun, cfg: Settings, queue: str, progress: Any) -> dict[str, Any]:
+    """One drain after the same preparation whatever the size: leftovers of earlier phases
+    (rows a killed worker left leased; never the far-future rows) deleted, then a CHECKPOINT."""
+    assert run.db_url is not None
+    with psycopg.connect(run.db_url, autocommit=True) as conn:
+        cur = conn.execute(
+            'DELETE FROM delayed_queue WHERE "pKind" = %s AND "scheduledAt" < '
+            "(extract(epoch FROM now()) * 1000)::bigint + 86400000", (queue,))
+        leftovers = cur.rowcount
+    checkpoint(cfg.admin_url)
+    return {**phase_drain(run, cfg, progress), "leftovers_deleted": leftovers}
+
+
+def part_sizes(cfg: Settings, sizes: list[int], rounds: int, progress: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"delayq": [], "redis": None, "rounds": rounds}
     queue = f"bench_scale_{cfg.run_id}"
-    with fresh_database(cfg.admin_url, prefix="delayq_bench10_scale") as db_url:
-        DelayedQueue(db_url, kind=queue).close()  # schema
+    with fresh_database(cfg.admin_url, prefix="delayq_bench10_scale") as db_url, \
+            fresh_database(cfg.admin_url, prefix="delayq_bench10_ref") as ref_url:
+        for url in (db_url, ref_url):
+            DelayedQueue(url, kind=queue).close()  # schema
+        load_far_rows(ref_url, queue, sizes[0])
         loaded = 0
         for size in sizes:
             load_s = load_far_rows(db_url, queue, size - loaded, first=loaded)
             loaded = size
-            checkpoint(cfg.admin_url)
-            run = _delayq_run(db_url, cfg, queue, f"delayq_{size}")
-            drain = phase_drain(run, cfg, progress)
-            latency = phase_latency(run, cfg, progress)
-            out["delayq"].append({"far_rows": size, "load_s": round(load_s, 1),
-                                  "drain": drain, "latency": _strip(latency)})
-            console.print(f"delayq {size:,}: {drain.get('tasks_per_s')} tasks/s, "
-                          f"p99 {latency['immediate'].get('p99_ms')} ms")
+            big, ref = _delayq_run(db_url, cfg, queue, f"delayq_{size}"), \
+                _delayq_run(ref_url, cfg, queue, f"delayq_ref_{size}")
+            drains: dict[str, list[dict[str, Any]]] = {"big": [], "ref": []}
+            for r in range(rounds):
+                for which in (("ref", "big") if r % 2 == 0 else ("big", "ref")):
+                    drains[which].append(_drain(big if which == "big" else ref, cfg, queue,
+                                                progress))
+            latency = phase_latency(big, cfg, progress)
+            med = {k: round(statistics.median(d.get("seconds") or 0 for d in v), 3)
+                   for k, v in drains.items()}
+            entry = {"far_rows": size, "load_s": round(load_s, 1), "drains": drains,
+                     "drain_s": med["big"], "ref_drain_s": med["ref"],
+                     "ratio": round(med["big"] / med["ref"], 3) if med["ref"] else None,
+                     "latency": _strip(latency)}
+            out["delayq"].append(entry)
+            console.print(f"delayq {size:,}: drain {med['big']} s vs reference {med['ref']} s "
+                          f"({entry['ratio']}x), p99 {latency['immediate'].get('p99_ms')} ms")
     checkpoint(cfg.admin_url)
     with broker_state("redis", "scale", cfg) as run:
         out["redis"] = {"drain": phase_drain(run, cfg, progress),
@@ -86,6 +123,20 @@ def part_sizes(cfg: Settings, sizes: list[int], progress: Any) -> dict[str, Any]
 def _strip(latency: dict[str, Any]) -> dict[str, Any]:
     return {k: ({kk: vv for kk, vv in v.items() if kk != "samples_ms"} if isinstance(v, dict)
                 else v) for k, v in latency.items()}
+
+
+def _keep_other_parts(result: dict[str, Any], name: str) -> None:
+    """A part not run this time keeps its previous results (and says from which revision),
+    so ``--parts sizes`` does not erase the snapshot runs from the file and the docs."""
+    path = RESULTS_DIR / f"{name}.json"
+    if not path.exists():
+        return
+    previous = json.loads(path.read_text())
+    for part in ("sizes", "snapshot"):
+        if part not in result and part in previous:
+            result[part] = previous[part]
+            origin = f"{previous.get('revision')}, {previous.get('finished_at')}"
+            result.setdefault("kept", {})[part] = previous.get("kept", {}).get(part, origin)
 
 
 def plots(result: dict[str, Any], name: str = "scale") -> list[Path]:
@@ -99,11 +150,13 @@ def plots(result: dict[str, Any], name: str = "scale") -> list[Path]:
     if sizes:
         xs = [r["far_rows"] for r in sizes["delayq"]]
         fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
-        a.plot(xs, [r["drain"].get("seconds") for r in sizes["delayq"]], "o-", label="delayq")
+        a.plot(xs, [r["drain_s"] for r in sizes["delayq"]], "o-", label="delayq (median)")
+        a.plot(xs, [r["ref_drain_s"] for r in sizes["delayq"]], "x:",
+               label=f"delayq, {xs[0]:,} rows, same minutes")
         a.axhline(sizes["redis"]["drain"].get("seconds", 0), ls="--", c="k", label="redis")
         a.set_xscale("log")
         a.set_xlabel("far-future rows in the queue")
-        a.set_ylabel(f"drain {sizes['delayq'][0]['drain'].get('tasks')} no-ops (s)")
+        a.set_ylabel(f"drain {sizes['delayq'][0]['drains']['big'][0].get('tasks')} no-ops (s)")
         b.plot(xs, [r["latency"]["immediate"].get("p99_ms") for r in sizes["delayq"]], "o-",
                label="delayq p99")
         b.axhline(sizes["redis"]["latency"]["immediate"].get("p99_ms", 0), ls="--", c="k",
@@ -129,15 +182,31 @@ def docs(result: dict[str, Any], name: str = "scale") -> str:
              "runs: read ratios, not absolute rates).\n"]
     sizes = result.get("sizes")
     if sizes:
-        base = sizes["delayq"][0]["drain"].get("seconds") or 0
-        rows = [[f"{r['far_rows']:,}", r["drain"].get("seconds"), r["drain"].get("tasks_per_s"),
-                 f"{(r['drain'].get('seconds') or 0) / base:.2f}x" if base else "-",
-                 r["latency"]["immediate"].get("p99_ms")] for r in sizes["delayq"]]
+        if "sizes" in result.get("kept", {}):
+            lines.append(f"Sizes kept from an earlier run ({result['kept']['sizes']}).\n")
+        rows = []
+        for r in sizes["delayq"]:
+            big = [d.get("seconds") for d in r["drains"]["big"]]
+            ref = [d.get("seconds") for d in r["drains"]["ref"]]
+            cpu = statistics.median(d.get("worker_main_cpu_ms_per_task") or 0
+                                    for d in r["drains"]["big"])
+            rows.append([f"{r['far_rows']:,}", f"{r['drain_s']} ({', '.join(map(str, big))})",
+                         f"{r['ref_drain_s']} ({', '.join(map(str, ref))})",
+                         f"{r['ratio']:.2f}x" if r["ratio"] else "-", round(cpu, 3),
+                         r["latency"]["immediate"].get("p99_ms")])
         rd = sizes["redis"]
-        rows.append(["redis (reference)", rd["drain"].get("seconds"),
-                     rd["drain"].get("tasks_per_s"), "-", rd["latency"]["immediate"].get("p99_ms")])
-        lines.append(markdown_table(["far-future rows", "drain s", "tasks/s", "vs smallest",
-                                     "pick-up p99 ms"], rows, "lrrrr"))
+        rows.append(["redis (reference)", rd["drain"].get("seconds"), "-", "-",
+                     rd["drain"].get("worker_main_cpu_ms_per_task"),
+                     rd["latency"]["immediate"].get("p99_ms")])
+        ref_rows = f"{sizes['delayq'][0]['far_rows']:,}"
+        lines.append(f"Drain of {sizes['delayq'][0]['drains']['big'][0].get('tasks'):,} no-ops: "
+                     f"median of {sizes['rounds']} drains per size (each in brackets), each "
+                     f"paired with a drain of a reference database holding {ref_rows} rows "
+                     "in the same minutes (alternating order); the ratio is median over "
+                     "median.\n")
+        lines.append(markdown_table(["far-future rows", "drain s", f"reference ({ref_rows}) s",
+                                     "ratio", "worker main CPU ms/task", "pick-up p99 ms"],
+                                    rows, "lllrrr"))
         lines.append(f"\n![sizes](img/bench_{name}_sizes.png)\n")
     return "\n".join(lines)
 
@@ -146,6 +215,8 @@ def docs(result: dict[str, Any], name: str = "scale") -> str:
 @click.option("--parts", default="sizes,snapshot", show_default=True)
 @click.option("--sizes", default="10000,1000000,5000000,10000000", show_default=True)
 @click.option("--drain", "drain_n", type=int, default=5000, show_default=True)
+@click.option("--rounds", type=int, default=3, show_default=True,
+              help="Paired drains (measured and reference database) per size.")
 @click.option("--rate", type=float, default=150.0, show_default=True)
 @click.option("--minutes", type=float, default=10.0, show_default=True,
               help="Length of each steady run of the snapshot part.")
@@ -157,8 +228,8 @@ def docs(result: dict[str, Any], name: str = "scale") -> str:
               help="Results file and docs section name (the snapshot part: NAME_snapshot).")
 @click.option("--server-note", default="",
               help="snapshot part: how the server was set up, quoted in the docs.")
-def main(parts: str, sizes: str, drain_n: int, rate: float, minutes: float, redis_db: int,
-         counter_db: int, database_url: str, write_docs: bool, name: str,
+def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes: float,
+         redis_db: int, counter_db: int, database_url: str, write_docs: bool, name: str,
          server_note: str) -> None:
     """Drain and pick-up vs waiting rows, and over time with a held snapshot, vs Redis."""
     signal.signal(signal.SIGTERM, _on_sigterm)  # workers, producers and databases cleaned up
@@ -169,9 +240,11 @@ def main(parts: str, sizes: str, drain_n: int, rate: float, minutes: float, redi
     result: dict[str, Any] = {"revision": git_revision(), "machine": machine_info(database_url)}
     with progress_bar() as progress:
         if "sizes" in parts:
-            result["sizes"] = part_sizes(cfg, [int(s) for s in sizes.split(",")], progress)
+            result["sizes"] = part_sizes(cfg, [int(s) for s in sizes.split(",")], rounds,
+                                         progress)
         if "snapshot" in parts:
             result["snapshot"] = part_snapshot(cfg, rate, minutes, progress)
+    _keep_other_parts(result, name)
     result["load_average_at_end"] = list(os.getloadavg())
     if "snapshot" in parts:  # its own results file and section: the parts run separately
         snap_name = f"{name}_snapshot"
