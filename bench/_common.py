@@ -389,9 +389,16 @@ def grouped_bar_chart(
         ax.set_yscale("log")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.grid(axis="y", alpha=0.3)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 120) -> Path:
+    """Lay out, write and close a matplotlib figure (every bench plot ends this way)."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
 

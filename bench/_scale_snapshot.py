@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import checkpoint, fresh_database, markdown_table
+from _common import checkpoint, fresh_database, markdown_table, save_figure
 from _steady import hold_snapshot
 from bench_celery import (
     BrokerRun,
@@ -224,11 +224,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     axes[2].set_yscale("log")
     axes[0].legend(fontsize=8)
     axes[-1].set_xlabel("minutes (snapshot held from before 0 in delayq_snapshot)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def docs(result: dict[str, Any], name: str) -> str:

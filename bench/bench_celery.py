@@ -62,6 +62,7 @@ from _common import (  # noqa: E402
     markdown_table,
     progress_bar,
     replace_section,
+    save_figure,
     write_results,
 )
 
@@ -920,12 +921,7 @@ def _latency_cdf(results: dict[str, Any], brokers: list[str]) -> Path:
         ax.set_title(titles[kind])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = IMG_DIR / "bench_celery_latency.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, IMG_DIR / "bench_celery_latency.png")
 
 
 def _missed(results: dict[str, Any], brokers: list[str]) -> list[str]:

@@ -37,6 +37,7 @@ from _common import (  # noqa: E402
     markdown_table,
     progress_bar,
     replace_section,
+    save_figure,
     write_results,
 )
 from _steady import VARIANTS, SteadyConfig, SteadyRun, prepare, summarize  # noqa: E402
@@ -107,11 +108,7 @@ def plot(runs: list[dict[str, Any]], path: Path, title: str) -> Path:
         axes[1].set_yscale("log")
         axes[2].set_yscale("log")
     axes[-1].set_xlabel("minutes")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def server_text(info: dict[str, Any], runs: list[dict[str, Any]]) -> str:
