@@ -42,8 +42,6 @@ from dataclasses import dataclass, field
 
 #: Default seconds between full rescans (from the bottom of the index) of one kind.
 DEFAULT_FULL_RESCAN_INTERVAL_S = 30.0
-#: Announced times kept per kind set; beyond it they are dropped and the next poll searches.
-MAX_ANNOUNCED = 1024
 
 
 @dataclass(eq=False)
@@ -54,8 +52,6 @@ class PollTicket:
     kinds: list[str]
     lows: list[int | None]
     want_next: bool = True
-    #: Announcements numbered below this were made before the poll: its search covers them.
-    seen_seq: int = 0
     lowered: dict[str, int] = field(default_factory=dict)
 
 
@@ -73,12 +69,8 @@ class LowWatermarks:
         self._low: dict[str, int] = {}
         self._rescanned_at: dict[str, float] = {}
         self._running: list[PollTicket] = []
-        #: Per polled kind set, what the last search found (None: nothing left) while it has
-        #: not passed; a kind set missing here is searched by its next poll.
-        self._searched: dict[tuple[str, ...], int | None] = {}
-        #: Per polled kind set, announced (number, time) still ahead of the latest poll.
-        self._announced: dict[tuple[str, ...], list[tuple[int, int]]] = {}
-        self._seq = 0
+        #: Earliest due time known per polled kind set (None: nothing left), see next_due().
+        self._next: dict[tuple[str, ...], int | None] = {}
         #: Latest statement time seen: announcements at or before it are due, not "next".
         self._polled_at = -(2**63)
 
@@ -91,10 +83,8 @@ class LowWatermarks:
                 last = self._rescanned_at.get(kind)
                 stale = last is None or now - last >= self.full_rescan_interval_s
                 lows.append(None if stale else self._low.get(kind))
-            key = tuple(kinds)
-            want = None in lows or key not in self._searched
-            self._announced.setdefault(key, [])
-            ticket = PollTicket(list(kinds), lows, want_next=want, seen_seq=self._seq)
+            want = None in lows or tuple(kinds) not in self._next
+            ticket = PollTicket(list(kinds), lows, want_next=want)
             self._running.append(ticket)
             return ticket
 
@@ -125,28 +115,26 @@ class LowWatermarks:
 
     def _remember_next(self, ticket: PollTicket, polled_at: int, found: int | None
                        ) -> int | None:
-        """The next due time: the earlier of what the last search found and every time
-        announced since that is still ahead. Searching walks all leases of the last
-        acquire_timeout (acked ones too, under a held snapshot), so it runs only on a full
-        rescan or once the searched time has passed; an announced time passing does not
-        search again (under load every publish is announced a little ahead of the last poll,
-        and each would make the following poll walk the lease region: measured in the Celery
-        snapshot bench). Leases taken by others since the search are not in it: an expired
+        """The next due time of a poll that did not search for it: the last one found, lowered
+        by every announcement since. Searching walks all leases of the last acquire_timeout
+        (acked ones too, under a held snapshot), so it runs only on a full rescan or once the
+        remembered time has passed. Leases taken by others since are not in it: an expired
         one is found by the next poll (at once under load, within the fallback interval of
         an idle consumer)."""
         key = tuple(ticket.kinds)
         self._polled_at = max(self._polled_at, polled_at)
-        oldest = ticket.seen_seq if ticket.want_next else 0
+        known = [at for k, at in ticket.lowered.items() if k in key and at > polled_at]
         if ticket.want_next:
-            self._searched[key] = found
-        self._announced[key] = [(n, at) for n, at in self._announced.get(key, [])
-                                if at > polled_at and n >= oldest]
-        ahead = [at for _, at in self._announced[key]]
-        searched = self._searched.get(key)
-        if searched is not None and searched <= polled_at:
-            del self._searched[key]  # passed: the next poll searches again
-            searched = None
-        return min([*ahead, *([] if searched is None else [searched])], default=None)
+            value = min([*known, *([] if found is None else [found])], default=None)
+        else:
+            value = self._next.get(key)
+            if known:
+                value = min([*known, *([] if value is None else [value])])
+        if value is not None and value <= polled_at:
+            self._next.pop(key, None)  # passed: the next poll searches again
+        else:
+            self._next[key] = value
+        return value
 
     def abort(self, ticket: PollTicket) -> None:
         """A poll that failed proves nothing; keep what it saw lowered."""
@@ -167,14 +155,9 @@ class LowWatermarks:
             if kind in self._low and at_ms < self._low[kind]:
                 self._low[kind] = at_ms
             if at_ms > self._polled_at:  # a due-now row wakes the consumer anyway
-                for key, ahead in self._announced.items():
-                    if kind not in key:
-                        continue
-                    if len(ahead) >= MAX_ANNOUNCED:  # bounded memory: search instead
-                        ahead.clear()
-                        self._searched.pop(key, None)
-                    ahead.append((self._seq, at_ms))
-            self._seq += 1
+                for key, at in self._next.items():
+                    if kind in key and (at is None or at_ms < at):
+                        self._next[key] = at_ms
             for ticket in self._running:
                 if kind in ticket.kinds and at_ms < ticket.lowered.get(kind, at_ms + 1):
                     ticket.lowered[kind] = at_ms
@@ -184,8 +167,7 @@ class LowWatermarks:
         with self._lock:
             self._low.clear()
             self._rescanned_at.clear()
-            self._searched.clear()
-            self._announced.clear()
+            self._next.clear()
             for ticket in self._running:
                 ticket.lowered.update({k: -(2**63) for k in ticket.kinds})
 

@@ -229,31 +229,3 @@ def test_due_now_announcements_do_not_trigger_a_search() -> None:
     assert marks.finish(ticket, {}, 10, 0, 5_100) == 9_000
     marks.lower("k", 7_000)  # a countdown: the next due time
     assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_200) == 7_000
-
-
-def test_an_announced_time_passing_does_not_search_and_keeps_later_ones() -> None:
-    """Under load each publish is announced just ahead of the last poll; its passing must not
-    make the next poll search the lease region, nor forget a later countdown announced before
-    it (the last search's answer and every announcement still ahead are kept)."""
-    marks = LowWatermarks(RESCAN_S, monotonic=Ticker())
-    assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000, None) is None
-    marks.lower("k", 9_000)  # a countdown
-    marks.lower("k", 5_050)  # a publish just after the last poll
-    ticket = marks.begin(["k"])
-    assert not ticket.want_next
-    assert marks.finish(ticket, {}, 10, 1, 5_100) == 9_000, "5_050 passed, 9_000 kept"
-    ticket = marks.begin(["k"])
-    assert not ticket.want_next, "an announcement passing is no reason to search"
-    assert marks.finish(ticket, {}, 10, 0, 9_100) is None
-    ticket = marks.begin(["k"])
-    assert not ticket.want_next
-    marks.lower("k", 12_000)  # during the poll
-    assert marks.finish(ticket, {}, 10, 0, 9_200) == 12_000
-
-
-def test_a_searched_time_passing_searches_again() -> None:
-    marks = LowWatermarks(RESCAN_S, monotonic=Ticker())
-    assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000, 8_000) == 8_000
-    assert marks.finish(marks.begin(["k"]), {}, 10, 0, 6_000) == 8_000
-    assert marks.finish(marks.begin(["k"]), {}, 10, 0, 8_000) is None
-    assert marks.begin(["k"]).want_next
