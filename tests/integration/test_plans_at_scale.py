@@ -12,13 +12,12 @@ table's actual size). ``bench/bench_scale.py`` measures the real thing.
 from __future__ import annotations
 
 import json
-import re
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from _prepared import as_prepared
 from conftest import template_copy
 from test_schema import plan_nodes
 
@@ -80,15 +79,7 @@ def big_table(request: pytest.FixtureRequest, template_db: str) -> Iterator[str]
 def explain(conn: psycopg.Connection[Any], query: str, mode: str) -> dict[str, Any]:
     """EXPLAIN ANALYZE of ``query`` prepared with ``$n`` placeholders under ``mode`` (the
     session's JIT setting untouched), in a transaction rolled back afterwards."""
-    names: list[str] = []
-
-    def placeholder(m: re.Match[str]) -> str:
-        if m.group(1) not in names:
-            names.append(m.group(1))
-        return f"${names.index(m.group(1)) + 1}"
-
-    prepared = re.sub(r"%\((\w+)\)[sb]", placeholder, query)
-    name = f"p_{uuid.uuid4().hex[:8]}"
+    prepared, name, names = as_prepared(query)
     with conn.transaction(force_rollback=True):
         conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
         conn.execute(f"PREPARE {name} AS {prepared}")

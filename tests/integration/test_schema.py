@@ -4,7 +4,6 @@ the dequeue statement's index use, and NOTIFY wake-ups."""
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -12,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from _prepared import as_prepared
 from _workers import MP, WAIT_S, run_migrate
 from conftest import create_database, drop_database
 from sqlalchemy import MetaData, Table, create_engine, inspect
@@ -161,15 +161,7 @@ def generic_plan(conn: psycopg.Connection[Any], query: str, params: dict[str, An
                  ) -> dict[str, Any]:
     """The plan PostgreSQL caches for ``query`` under ``plan_cache_mode=force_generic_plan``
     (how the consumer pool runs it): PREPARE with ``$n`` placeholders, EXPLAIN EXECUTE."""
-    names: list[str] = []
-
-    def placeholder(m: re.Match[str]) -> str:
-        if m.group(1) not in names:
-            names.append(m.group(1))
-        return f"${names.index(m.group(1)) + 1}"
-
-    prepared = re.sub(r"%\((\w+)\)[sb]", placeholder, query)
-    name = f"p_{uuid.uuid4().hex[:8]}"
+    prepared, name, names = as_prepared(query)
     conn.execute("SET plan_cache_mode = force_generic_plan")
     conn.execute(f"PREPARE {name} AS {prepared}")
     args = ", ".join(["%s"] * len(names))
