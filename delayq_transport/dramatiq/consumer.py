@@ -43,7 +43,13 @@ SKEW_RETRY_S = 0.005
 #: the CPU (two cores shared with PostgreSQL and the producers) that the producers needed. A
 #: consumer whose last poll is older polls at once; due times (delayed messages, leases) are
 #: not held back by it.
-POLL_GAP_S = 0.010
+POLL_GAP_S = 0.020
+#: The hub reads notifications at most once per this interval while they stream in (the first
+#: one after a quiet interval is read at once): every send notifies every worker process, and
+#: waking the hub thread once per send cost each process a select, a read and a GIL hand-off
+#: per message. A consumer polls at most once per POLL_GAP_S anyway, so a batch read a few ms
+#: later mostly joins the poll it would have joined; due times are the consumers' own timers.
+NOTE_GAP_S = 0.010
 
 
 class DelayqMessageProxy(MessageProxy):
@@ -62,6 +68,9 @@ class DelayqConsumer(Consumer):
         self.queue_name = queue_name
         self.kinds = broker.kinds_of(queue_name)
         self.prefetch = max(int(prefetch), 1)
+        #: On a backlog the next poll waits for this much room, not for POLL_GAP_S: each poll
+        #: then takes a batch of at least half the prefetch, however fast the worker acks.
+        self._refill = max(self.prefetch // 2, 1)
         self.timeout_s = max(timeout_ms, 0) / 1000
         self.event = threading.Event()
         self._lock = threading.Lock()
@@ -70,7 +79,8 @@ class DelayqConsumer(Consumer):
         self._held: dict[str, int] = {}  # lock -> deliveries still held under it
         self._handed: dict[int, Envelope] = {}  # row id -> handed to the worker, not settled
         self._pending_acks: list[Envelope] = []
-        self._wanted = True            # poll soon (start-up, a notification, a full poll)
+        self._wanted = True            # poll soon (start-up, a notification)
+        self._backlog = False          # the last poll filled the room: more is due already
         self._notes = 0                # notifications received: one during a poll re-arms it
         self._next_due_ms: float | None = None
         self._last_poll = 0.0
@@ -115,6 +125,8 @@ class DelayqConsumer(Consumer):
         since = time.monotonic() - self._last_poll
         if self._wanted and since >= POLL_GAP_S:
             return True
+        if self._backlog and room >= self._refill:
+            return True
         if since >= self.broker.polling_interval:
             return True
         due = self._next_due_ms
@@ -129,7 +141,8 @@ class DelayqConsumer(Consumer):
         self._next_due_ms = next_due
         # A full batch: more may be due already. A notification during the poll: its row may
         # have committed after the statement's snapshot.
-        self._wanted = len(envs) >= room or self._notes != notes
+        self._backlog = len(envs) >= room
+        self._wanted = self._notes != notes
         if not envs:
             return False
         with self._lock:
@@ -142,10 +155,13 @@ class DelayqConsumer(Consumer):
     def _wait_s(self, deadline: float) -> float:
         now = time.monotonic()
         wait = min(deadline - now, self.broker.polling_interval - (now - self._last_poll))
+        room = self._room()
+        if room <= 0:  # full: only an ack (which sets the event) lets it poll again
+            return min(wait, deadline - now)
         if self._wanted:  # a notification held back until POLL_GAP_S after the last poll
             wait = min(wait, max(POLL_GAP_S - (now - self._last_poll), 0.0005))
         due = self._next_due_ms
-        if due is not None and self._room() > 0:
+        if due is not None:
             wait = min(wait, max((due - time.time() * 1000) / 1000, SKEW_RETRY_S))
         return min(wait, deadline - now)
 
@@ -217,7 +233,11 @@ class DelayqConsumer(Consumer):
                 self._held[env.lock] = left
             else:
                 self._held.pop(env.lock, None)
-        self.event.set()
+            room = self.prefetch - self._outstanding
+        # Only the room the consumer thread waits for wakes it: the first slot (it was full)
+        # and the refill of a backlog. Waking it on every ack cost a thread switch per message.
+        if room == 1 or room == self._refill:
+            self.event.set()
 
     # -- called by the hub ------------------------------------------------------------------
 
@@ -334,12 +354,16 @@ class Hub:
             return list(self._consumers)
 
     def _run(self) -> None:
-        next_lease = next_expire = next_acks = 0.0
+        next_lease = next_expire = next_acks = last_notes = 0.0
         try:
             while not self._stop.is_set():
+                now = time.monotonic()
+                if now - last_notes < NOTE_GAP_S:  # notifications are streaming: gather them
+                    self._stop.wait(min(last_notes + NOTE_GAP_S, next_acks) - now)
                 notes = self._wait_notes(max(next_acks - time.monotonic(), 0.0))
                 if notes is None or notes:
                     self._dispatch(notes)
+                    last_notes = time.monotonic()
                 now = time.monotonic()
                 if now < next_acks:
                     continue  # woken by a notification: acks wait for their interval

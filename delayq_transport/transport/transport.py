@@ -51,8 +51,8 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
   only redeliver messages (at-least-once).
 * ``low_watermark``: start each poll above the rows this worker already took, below which
   only dead index entries lie (default True; see docs/scale.md). NOTIFYs lower it.
-* ``full_rescan_interval``: a poll scans each queue from the bottom at least this often, the
-  safety net of the watermark (default 30).
+* ``full_rescan_interval``: at least this often per queue, a probe in its own thread looks
+  below the floor for a row no NOTIFY announced, the safety net of the watermark (default 30).
 * ``unlogged_table``: True makes the queue table UNLOGGED, False makes it logged again, unset
   (the default) leaves it as it is. Unlogged, PostgreSQL writes no WAL for the rows: publishes,
   leases and acks cost less, but a PostgreSQL *crash* empties the table (every waiting

@@ -207,7 +207,8 @@ def _publishing_pool(kombu_db: str, table: str) -> str:
     with psycopg.connect(kombu_db, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT application_name, current_setting('synchronous_commit') FROM pg_stat_activity"
-            " WHERE query LIKE 'INSERT INTO ' || %s || '%%' AND pid <> pg_backend_pid()",
+            " WHERE query ~ ('^(WITH ins AS \\(\\s*)?INSERT INTO ' || %s)"
+            " AND pid <> pg_backend_pid()",
             (f'"{table}"',)).fetchall()
     names = {name for name, _ in rows}
     assert len(names) == 1, rows

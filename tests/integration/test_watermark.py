@@ -1,6 +1,7 @@
 """The consumer's low watermark (core/watermark.py): the poll starts above the rows it already
 took, and every way a live due row can end up below that floor brings it back: a NOTIFY, this
-process's own writes, a full rescan, a reset, a clock stepped back."""
+process's own writes, the probe below the floor (in its own thread), a reset, a clock stepped
+back."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import psycopg
 import pytest
 from _workers import WAIT_S
 
-from delayq_transport import DelayedQueue
+from delayq_transport import DelayedQueue, Envelope
 from delayq_transport.core.queries import Queries
 from delayq_transport.core.watermark import LowWatermarks
 
@@ -35,11 +36,27 @@ def ticker() -> Ticker:
 
 @pytest.fixture
 def wq(database_url: str, ticker: Ticker) -> Iterator[DelayedQueue]:
-    """A consumer with a watermark whose full rescan only runs when the test advances time."""
+    """A consumer with a watermark whose probe only runs when the test advances time."""
     with DelayedQueue(database_url, kind="test", low_watermark=True) as q:
         assert q.watermarks is not None
-        q.watermarks = LowWatermarks(RESCAN_S, monotonic=ticker)
+        q.watermarks = LowWatermarks(q._probe_below, RESCAN_S, monotonic=ticker)
         yield q
+
+
+def no_probe(kinds: list[str], floors: list[int]) -> list[tuple[str, int]]:
+    return []
+
+
+def probe_then_poll(q: DelayedQueue, ticker: Ticker) -> Envelope | None:
+    """Past the interval: the next poll launches the probe but does not wait for it (it still
+    starts at the floor); once the probe has lowered the floor, the poll after takes the row."""
+    assert q.watermarks is not None
+    ticker.t += RESCAN_S
+    run = q.watermarks.probes_run
+    assert q.try_poll() is None, "the probe is off the poll path"
+    assert q.watermarks.wait_probes(WAIT_S), "probe still running"
+    assert q.watermarks.probes_run == run + 1
+    return q.try_poll()
 
 
 @pytest.fixture
@@ -84,14 +101,50 @@ def test_a_row_below_the_floor_waits_for_a_notify(database_url: str, wq: Delayed
     assert got is not None and got.key == "late"
 
 
-def test_full_rescan_finds_what_no_one_announced(wq: DelayedQueue, other: DelayedQueue,
-                                                 ticker: Ticker) -> None:
+def test_the_probe_finds_what_no_one_announced(wq: DelayedQueue, other: DelayedQueue,
+                                               ticker: Ticker) -> None:
     assert wq.try_poll() is None
     other.offer("late", b"", other.now() - timedelta(seconds=60))
     assert wq.try_poll() is None
-    ticker.t += RESCAN_S
-    got = wq.try_poll()
+    got = probe_then_poll(wq, ticker)
     assert got is not None and got.key == "late"
+    assert wq.watermarks is not None and wq.watermarks.probes_found == 1
+
+
+def test_the_probe_runs_once_per_interval_and_finds_nothing_when_nothing_is_below(
+        wq: DelayedQueue, other: DelayedQueue, ticker: Ticker) -> None:
+    assert wq.try_poll() is None
+    at = other.now() - timedelta(seconds=1)
+    other.offer("due", b"", at)
+    wq.lower_watermark("test", int(at.timestamp() * 1000))  # what its NOTIFY says
+    ticker.t += RESCAN_S
+    got = wq.try_poll()  # launches the probe, takes the row from the lowered floor
+    assert got is not None and got.key == "due"
+    assert wq.watermarks is not None and wq.watermarks.wait_probes(WAIT_S)
+    assert (wq.watermarks.probes_run, wq.watermarks.probes_found) == (1, 0)
+    for _ in range(3):
+        assert wq.try_poll() is None
+    assert wq.watermarks.wait_probes(WAIT_S) and wq.watermarks.probes_run == 1
+
+
+def test_a_failed_probe_is_retried_one_interval_later(ticker: Ticker) -> None:
+    calls: list[list[int]] = []
+
+    def failing(kinds: list[str], floors: list[int]) -> list[tuple[str, int]]:
+        calls.append(floors)
+        raise RuntimeError("statement timeout")
+
+    marks = LowWatermarks(failing, RESCAN_S, monotonic=ticker)
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000)
+    ticker.t += RESCAN_S
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 6_000)
+    assert marks.wait_probes(WAIT_S) and calls == [[6_000]]
+    assert marks.low("k") == 6_000, "a failed probe lowers nothing"
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 7_000)
+    assert marks.wait_probes(WAIT_S) and len(calls) == 1, "not before the interval"
+    ticker.t += RESCAN_S
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 8_000)
+    assert marks.wait_probes(WAIT_S) and len(calls) == 2
 
 
 def test_own_offers_lower_the_floor(wq: DelayedQueue) -> None:
@@ -111,7 +164,7 @@ def test_rows_a_rolled_back_locker_kept_come_back_by_rescan(
 ) -> None:
     """The poll skips a row another transaction locked (a concurrent poll, or an ack of an
     expired lease) and moves its floor above it; that transaction rolls back, silently. The
-    periodic full rescan is what finds the row again."""
+    periodic probe below the floor is what finds the row again."""
     other.offer("r", b"", other.now() - timedelta(seconds=60))
     with psycopg.connect(database_url) as conn:
         if locker == "poll":
@@ -121,8 +174,7 @@ def test_rows_a_rolled_back_locker_kept_come_back_by_rescan(
         assert wq.try_poll() is None  # skipped (locked); nothing else due: floor = now
         conn.rollback()
     assert wq.try_poll() is None, "below the floor"
-    ticker.t += RESCAN_S
-    got = wq.try_poll()
+    got = probe_then_poll(wq, ticker)
     assert got is not None and got.key == "r"
 
 
@@ -142,7 +194,7 @@ def test_a_floor_above_now_is_ignored(database_url: str, ticker: Ticker) -> None
     clock = FakeClock()
     with DelayedQueue(database_url, kind="test", clock=clock, low_watermark=True) as q, \
             DelayedQueue(database_url, kind="test", clock=clock) as producer:
-        q.watermarks = LowWatermarks(RESCAN_S, monotonic=ticker)
+        q.watermarks = LowWatermarks(q._probe_below, RESCAN_S, monotonic=ticker)
         clock.advance(100)
         assert q.try_poll() is None
         clock.advance(-100)
@@ -166,7 +218,7 @@ def test_priority_kinds_keep_floors_of_kinds_never_reached(wq: DelayedQueue) -> 
 
 
 def test_a_lowering_during_a_poll_survives_its_result() -> None:
-    marks = LowWatermarks(RESCAN_S, monotonic=Ticker())
+    marks = LowWatermarks(no_probe, RESCAN_S, monotonic=Ticker())
     marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000)
     assert marks.low("k") == 5_000
     ticket = marks.begin(["k"])
@@ -187,7 +239,7 @@ def test_a_lowering_during_a_poll_survives_its_result() -> None:
 def test_two_identical_polls_each_keep_their_lowering() -> None:
     """Two consumers' polls that begin with the same floors are still two polls: the first to
     finish must not take the other's record of a lowering with it (found by the benchmark)."""
-    marks = LowWatermarks(RESCAN_S, monotonic=Ticker())
+    marks = LowWatermarks(no_probe, RESCAN_S, monotonic=Ticker())
     marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000)
     a, b = marks.begin(["k"]), marks.begin(["k"])
     marks.finish(b, {}, 10, 0, 6_000)
@@ -200,7 +252,8 @@ def test_next_due_is_searched_now_and_then_and_lowered_by_announcements(
     wq: DelayedQueue, other: DelayedQueue, ticker: Ticker
 ) -> None:
     """The search for the next due time walks every recent lease; with a watermark it runs on
-    a rescan or once the remembered time has passed, and announcements lower it between."""
+    a poll from the bottom (first, after a reset) or once the remembered time has passed, and
+    announcements lower it between."""
     now = other.now()
     at_ms = [int((now + timedelta(seconds=s)).timestamp() * 1000) for s in (60, 30, 10)]
     other.offer("in60", b"", now + timedelta(seconds=60))
@@ -213,13 +266,16 @@ def test_next_due_is_searched_now_and_then_and_lowered_by_announcements(
     assert wq.poll(10) == ([], at_ms[2])
     other.delete("in10")
     ticker.t += RESCAN_S
-    assert wq.poll(10) == ([], at_ms[1]), "a rescan searches again"
+    assert wq.poll(10) == ([], at_ms[2]), "nor does the poll that launches a probe search"
+    assert wq.watermarks is not None and wq.watermarks.wait_probes(WAIT_S)
+    wq.reset_watermarks()
+    assert wq.poll(10) == ([], at_ms[1]), "a reset searches again"
 
 
 def test_due_now_announcements_do_not_trigger_a_search() -> None:
     """Every due-now publish is announced; only future times may lower the next due time, or
     each of them would make the following poll walk the lease region again."""
-    marks = LowWatermarks(RESCAN_S, monotonic=Ticker())
+    marks = LowWatermarks(no_probe, RESCAN_S, monotonic=Ticker())
     first = marks.begin(["k"])
     assert first.want_next
     assert marks.finish(first, {}, 10, 0, 5_000, 9_000) == 9_000
