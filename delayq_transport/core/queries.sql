@@ -77,6 +77,13 @@ RETURNING "pKey", "pKind", "scheduledAt"
 -- is known below it, so the scan starts there, above the dead index entries that every acquire
 -- and ack leave at the low end of (pKind, scheduledAt) and that a held snapshot keeps alive
 -- (docs/scale.md). A watermark above now (a clock stepped back) is ignored.
+-- Both scans bound the index by row comparisons on ("pKind", "scheduledAt") and order by both
+-- columns: only that index can serve them, as an ordered scan that stops at LIMIT. With
+-- `"pKind" = k.kind` instead, a generic plan re-made after an ANALYZE that saw a few live rows
+-- among tens of thousands of snapshot-held dead ones chose a bitmap scan of the pKey index on
+-- its second column, every dead entry of the kind per poll (3 -> 15 ms, a 60-s stall of the
+-- held-snapshot benchmark until the next ANALYZE); the consumer pool also runs with bitmap
+-- scans off (core/db.py).
 -- The update finds its rows by `id = ANY(array)`, an index lookup whatever LIMIT is estimated
 -- at: the consumer pool runs generic plans, and a join on `picked` there became a sequential
 -- scan on larger tables.
@@ -92,8 +99,9 @@ picked AS (
     CROSS JOIN LATERAL (
         SELECT "id", "scheduledAt"
         FROM {table}
-        WHERE "pKind" = k.kind AND "scheduledAt" >= k.low AND "scheduledAt" <= n.now
-        ORDER BY "scheduledAt"
+        WHERE ("pKind", "scheduledAt") >= (k.kind, k.low)
+          AND ("pKind", "scheduledAt") <= (k.kind, n.now)
+        ORDER BY "pKind", "scheduledAt"
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS q
@@ -114,8 +122,10 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, CASE WHEN %(want_next)s T
     FROM k
     CROSS JOIN LATERAL (
         SELECT "scheduledAt" AS at FROM {table}
-        WHERE "pKind" = k.kind AND "scheduledAt" >= k.low AND "id" NOT IN (SELECT id FROM picked)
-        ORDER BY "scheduledAt" LIMIT 1
+        WHERE ("pKind", "scheduledAt") >= (k.kind, k.low)
+          AND ("pKind", "scheduledAt") <= (k.kind, 9223372036854775807::bigint)
+          AND "id" NOT IN (SELECT id FROM picked)
+        ORDER BY "pKind", "scheduledAt" LIMIT 1
     ) AS x
 ) END, (SELECT now FROM n)
 
@@ -128,8 +138,9 @@ SELECT k.kind, x.at
 FROM unnest(%(kinds)s::text[], %(floors)s::bigint[]) AS k(kind, floor)
 CROSS JOIN LATERAL (
     SELECT "scheduledAt" AS at FROM {table}
-    WHERE "pKind" = k.kind AND "scheduledAt" < k.floor AND "scheduledAt" <= {now}
-    ORDER BY "scheduledAt" LIMIT 1
+    WHERE ("pKind", "scheduledAt") >= (k.kind, '-9223372036854775808'::bigint)
+      AND ("pKind", "scheduledAt") <= (k.kind, LEAST(k.floor - 1, {now}))
+    ORDER BY "pKind", "scheduledAt" LIMIT 1
 ) AS x
 
 -- ack --

@@ -93,7 +93,8 @@ def test_notify_wakes_an_idle_consumer_at_once(kombu_connect: Connect, kombu_db:
     print(f"NOTIFY wake-up latency (s): {[round(x, 4) for x in latencies]}")
     assert len(got) == 5
     assert max(latencies) < 1.0, latencies  # the fallback poll would take 30 s
-    assert statistics.median(latencies) < 0.1, latencies
+    # ~5 ms when idle; a busy 2-core box adds scheduling delay to each of the round trips.
+    assert statistics.median(latencies) < 0.3, latencies
 
 
 def terminate_listen_backend(url: str, table: str) -> None:
@@ -151,8 +152,9 @@ def test_countdown_known_before_waiting_is_delivered_at_its_time(kombu_connect: 
     """The consumer learns the earliest scheduledAt on its idle poll and sets a timer for it."""
     with kombu_connect(polling_interval=SLOW_POLL_S) as conn:
         queue = kombu.Queue("cd", routing_key="cd")
+        channel = conn.default_channel  # connect (migrating the fresh table) before the eta
         eta = time.time() + 2
-        kombu.Producer(conn.default_channel).publish("two", routing_key="cd",
+        kombu.Producer(channel).publish("two", routing_key="cd",
                                                      headers={"eta": iso(eta)}, declare=[queue])
         with consuming(conn, "cd") as got:
             conn.drain_events(timeout=6)

@@ -23,16 +23,19 @@ pytestmark = pytest.mark.slow
 
 def test_list_search_open_and_cancel(database_url, producer, start_worker, web, page) -> None:
     start_worker()
-    doomed = mark.apply_async(("cancel-me",), countdown=4)
-    kept = mark.apply_async(("keep-me",), countdown=5)
     server = web()
+    # The cancel below (three page loads and a POST in Chromium, a second or more each on a
+    # busy 2-core box) must land before the doomed task is due: 4 s was not always enough.
+    doomed = mark.apply_async(("cancel-me",), countdown=15)
+    kept = mark.apply_async(("keep-me",), countdown=16)
 
     page.goto(server.url + "/tasks")
     rows = page.locator("#task-table tbody tr[data-key]")
     assert rows.count() == 2
     page.fill("#search", "cancel-me")
     page.click("#filters button[type=submit]")
-    assert rows.count() == 1 and page.locator("td.args").inner_text().count("cancel-me") == 1
+    expect(rows).to_have_count(1)  # waits for the filtered page (click returns at its start)
+    assert page.locator("td.args").inner_text().count("cancel-me") == 1
 
     rows.first.locator("a").first.click()
     assert "celery_app.mark" in page.locator("h1").inner_text()
@@ -41,7 +44,7 @@ def test_list_search_open_and_cancel(database_url, producer, start_worker, web, 
     assert "cancelled" in page.locator(".flash").inner_text()
     assert page.locator(f"tr[data-key='{doomed.id}']").count() == 0
 
-    wait_until(lambda: executions(database_url), timeout=20, message="the kept task runs")
+    wait_until(lambda: executions(database_url), timeout=40, message="the kept task runs")
     ran = [r["task_id"] for r in executions(database_url)]
     assert ran == [kept.id]  # the cancelled one was due first and still never ran
 

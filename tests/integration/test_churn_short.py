@@ -31,10 +31,13 @@ def test_short_churn_keeps_rate_latency_and_size(database_url: str) -> None:
     rates = [s["rate_per_s"] for s in samples[1:]]  # the first window includes the start-up
     assert all(abs(r - RATE) <= 0.2 * RATE for r in rates), rates
     head, tail = samples[1:3], samples[-2:]
-    for key, factor in (("pickup_p99_ms", 3.0), ("poll_p50_ms", 3.0)):
+    # The p99 of a 5 s window (~1,000 pick-ups) is its ~10 slowest rows: one or two scheduler
+    # or fsync stalls of a busy 2-core box put it past 20 ms. Its floor is the stall budget;
+    # the poll's own cost (a median) keeps the tight one.
+    for key, factor, floor_ms in (("pickup_p99_ms", 3.0, 100.0), ("poll_p50_ms", 3.0, 20.0)):
         first = statistics.median(s[key] for s in head)
         last = statistics.median(s[key] for s in tail)
-        assert last <= max(factor * first, 20.0), (key, first, last)
+        assert last <= max(factor * first, floor_ms), (key, first, last)
     size = [s["table_bytes"] + s["index_bytes"] for s in samples]
     churned = RATE * SECONDS
     assert size[-1] - size[0] <= churned * BYTES_PER_ROW, size

@@ -217,8 +217,10 @@ def test_install_periodic_tick_installs_epoch_aligned_keys(database_url: str) ->
         )
         try:
             assert handle.wait_first_run(WAIT_S)
-            first_done = q.now()
+            # Read the rows first: a later run (1 s on) landing between the two reads installs
+            # ticks beyond first_done + 3 s, which the bound below would take for the first run's.
             first = cron.installed("beat_tick")
+            first_done = q.now()
             later = wait_until(
                 lambda: (rows := cron.installed("beat_tick"))
                 and rows[-1].scheduled_at > first[-1].scheduled_at and rows,

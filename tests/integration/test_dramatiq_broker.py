@@ -32,13 +32,15 @@ def _message(*args: object) -> Message:
 
 def test_a_delayed_message_is_a_row_due_at_its_eta_and_is_never_delivered_early(
         broker: DelayqBroker) -> None:
-    sent = broker.enqueue(_message(1), delay=400)
+    # 400 ms was the whole budget for the row read, the consumer's start (hub thread, LISTEN
+    # connection) and a 100 ms wait: a busy box spent it, and the due message came back.
+    sent = broker.enqueue(_message(1), delay=2000)
     assert sent.queue_name == "q.DQ" and "eta" in sent.options
     row = partitions.list_kinds(broker.queue, ["dramatiq:q"])[0]
     assert row.scheduled_at_ms == sent.options["eta"]
     consumer = broker.consume("q", prefetch=4, timeout=100)
     assert next(consumer) is None  # not due: nothing reaches the worker
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 10
     proxy = None
     while proxy is None and time.monotonic() < deadline:
         proxy = next(consumer)
