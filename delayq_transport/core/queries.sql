@@ -83,10 +83,11 @@ RETURNING "pKey", "pKind", "scheduledAt"
 -- among tens of thousands of snapshot-held dead ones chose a bitmap scan of the pKey index on
 -- its second column, every dead entry of the kind per poll (3 -> 15 ms, a 60-s stall of the
 -- held-snapshot benchmark until the next ANALYZE); the consumer pool also runs with bitmap
--- scans off (core/db.py).
--- The update finds its rows by `id = ANY(array)`, an index lookup whatever LIMIT is estimated
--- at: the consumer pool runs generic plans, and a join on `picked` there became a sequential
--- scan on larger tables.
+-- and sort scans off (core/db.py): a sort is how any other index could serve the ORDER BY.
+-- The update finds its rows by the ctids the locking scan returned (a TID scan, no index to
+-- choose; the rows are locked, so the versions cannot move). By `id = ANY(array)` alone, the
+-- same re-made plans took a full scan of the lock index on its second column (65-100 ms per
+-- poll); before that, a join on `picked` became a sequential scan on larger tables.
 WITH n AS (SELECT {now} AS now),
 k AS (
     SELECT u.kind, u.ord,
@@ -94,10 +95,10 @@ k AS (
     FROM unnest(%(kinds)s::text[], %(lows)s::bigint[]) WITH ORDINALITY AS u(kind, low, ord), n
 ),
 picked AS (
-    SELECT q.id, q."scheduledAt" AS previous_at, k.ord
+    SELECT q.id, q.ctid, q."scheduledAt" AS previous_at, k.ord
     FROM k CROSS JOIN n
     CROSS JOIN LATERAL (
-        SELECT "id", "scheduledAt"
+        SELECT "id", ctid, "scheduledAt"
         FROM {table}
         WHERE ("pKind", "scheduledAt") >= (k.kind, k.low)
           AND ("pKind", "scheduledAt") <= (k.kind, n.now)
@@ -110,7 +111,8 @@ picked AS (
 acquired AS (
     UPDATE {table} AS t
     SET "lockUuid" = %(lock)s, "scheduledAt" = {now} + %(lease_ms)s::bigint
-    WHERE t."id" = ANY(ARRAY(SELECT id FROM picked))
+    WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM picked))
+      AND t."id" = ANY(ARRAY(SELECT id FROM picked))
     RETURNING t."id", t."pKey", t."pKind", t."payload", t."scheduledAtInitially", t."createdAt"
 )
 SELECT a."id", a."pKey", a."pKind", a."payload", p.previous_at, a."scheduledAtInitially",
