@@ -285,3 +285,48 @@ def test_due_now_announcements_do_not_trigger_a_search() -> None:
     assert marks.finish(ticket, {}, 10, 0, 5_100) == 9_000
     marks.lower("k", 7_000)  # a countdown: the next due time
     assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_200) == 7_000
+
+
+def test_announced_rows_coming_due_search_at_most_once_an_interval() -> None:
+    """Under a steady load every publish is announced a little ahead of the last poll and comes
+    due by the next one. Each such row may now be leased by another consumer, so a search is
+    due, but at most one per NEXT_SEARCH_INTERVAL_S (a search walks the whole lease region,
+    acked leases too under a held snapshot); between searches the consumer is told to poll
+    again when the next one is allowed."""
+    clock = Ticker()
+    marks = LowWatermarks(no_probe, RESCAN_S, monotonic=clock)
+    assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000, 65_000) == 65_000
+    searches, polled_at = 0, 5_000
+    for _ in range(150):  # 150 polls 10 ms apart, each preceded by one announced publish
+        clock.t += 0.01
+        marks.lower("k", polled_at + 5)
+        polled_at += 10
+        ticket = marks.begin(["k"])
+        searches += ticket.want_next
+        reported = marks.finish(ticket, {"k": polled_at - 5}, 10, 1, polled_at,
+                                65_000 if ticket.want_next else None)
+        assert reported is not None and reported <= 65_000
+    assert searches == 1, "one search in 1.5 s of polls, not one per publish"
+
+
+def test_a_row_another_consumer_took_is_searched_for_within_the_interval() -> None:
+    """The heir's view of a killed consumer's task: the announced row came due, this consumer's
+    poll found nothing (another one leased it). The lease is not known here, so the reported
+    time brings a poll that searches within NEXT_SEARCH_INTERVAL_S, and that search's answer
+    (the other consumer's lease end) is what the consumer then waits for."""
+    clock = Ticker()
+    marks = LowWatermarks(no_probe, RESCAN_S, monotonic=clock)
+    assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000, None) is None
+    marks.lower("k", 5_100)
+    clock.t += 0.2
+    ticket = marks.begin(["k"])
+    assert not ticket.want_next, "searched 0.2 s ago"
+    retry = marks.finish(ticket, {}, 10, 0, 5_200)
+    assert retry == 5_200 + 800, "poll again when a search is allowed"
+    clock.t += 0.8
+    ticket = marks.begin(["k"])
+    assert ticket.want_next
+    assert marks.finish(ticket, {}, 10, 0, 6_000, 9_100) == 9_100  # the other's lease end
+    ticket = marks.begin(["k"])
+    assert not ticket.want_next
+    assert marks.finish(ticket, {}, 10, 0, 6_100) == 9_100
