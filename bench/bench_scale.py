@@ -250,8 +250,10 @@ def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes
             if redis_from:
                 earlier = json.loads(Path(redis_from).read_text())
                 redis_run = earlier["snapshot"]["redis"]
-                result["redis_from"] = (f"the run at revision {earlier['revision']} "
-                                        f"({earlier.get('finished_at', '?')})")
+                # A carried-over line names the run that measured it, not the one that carried it.
+                result["redis_from"] = earlier.get("redis_from") or (
+                    f"the run at revision {earlier['revision']} "
+                    f"({earlier.get('finished_at', '?')})")
             result["snapshot"] = part_snapshot(cfg, rate, minutes, progress, redis_run)
     _keep_other_parts(result, name)
     result["load_average_at_end"] = list(os.getloadavg())
