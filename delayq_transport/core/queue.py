@@ -29,7 +29,7 @@ from .validate import (
     validate_kind,
     validate_payload,
 )
-from .watermark import DEFAULT_FULL_RESCAN_INTERVAL_S, LowWatermarks
+from .watermark import DEFAULT_FULL_RESCAN_INTERVAL_S, LowWatermarks, next_search_interval
 
 DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 #: Rows per multi-row insert; bounded so one statement never carries an unbounded payload.
@@ -75,7 +75,9 @@ class DelayedQueue:
         #: found once a NOTIFY lowers the floor (the transport forwards them) or the probe
         #: below the floor runs, so it is for consumers that listen.
         self.watermarks = (
-            LowWatermarks(self._probe_below, full_rescan_interval) if low_watermark else None
+            LowWatermarks(self._probe_below, full_rescan_interval,
+                          next_search_interval_s=next_search_interval(self.lease_ms))
+            if low_watermark else None
         )
         self._owns_db = isinstance(database, str)
         self.db = (

@@ -51,9 +51,17 @@ log = logging.getLogger(__name__)
 
 #: Default seconds between probes below the floor (from the bottom of the index) of one kind.
 DEFAULT_FULL_RESCAN_INTERVAL_S = 30.0
-#: Seconds between next-due searches asked for by announced rows coming due (see
-#: ``_remember_next``): how long another consumer's new lease can stay unknown here.
-NEXT_SEARCH_INTERVAL_S = 1.0
+#: Most seconds between next-due searches asked for by announced rows coming due (see
+#: ``_remember_next``): how long another consumer's new lease can stay unknown here. A poll
+#: that searches is one a task may wait behind (~3 ms under a held snapshot), so they stay
+#: rare enough to keep out of the pick-up p99 at a steady load.
+NEXT_SEARCH_INTERVAL_S = 5.0
+
+
+def next_search_interval(lease_ms: int) -> float:
+    """The search interval for a lease: a quarter of it at most, so another consumer's lease is
+    known here long before it can expire (a killed worker's task is taken when it does)."""
+    return min(NEXT_SEARCH_INTERVAL_S, lease_ms / 4000)
 
 #: Runs the probe: (kinds, floors) -> (kind, scheduledAt) of the earliest due row below each
 #: floor, for the kinds that have one (``DelayedQueue.probe_below``).
@@ -83,9 +91,11 @@ class LowWatermarks:
         probe: Probe,
         full_rescan_interval_s: float = DEFAULT_FULL_RESCAN_INTERVAL_S,
         monotonic: Callable[[], float] = time.monotonic,
+        next_search_interval_s: float = NEXT_SEARCH_INTERVAL_S,
     ) -> None:
         self.probe = probe
         self.full_rescan_interval_s = full_rescan_interval_s
+        self.next_search_interval_s = next_search_interval_s
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._low: dict[str, int] = {}
@@ -130,7 +140,7 @@ class LowWatermarks:
             key = tuple(kinds)
             want = None in lows or key not in self._searched or (
                 key in self._stale and now - self._searched_at.get(key, -math.inf)
-                >= NEXT_SEARCH_INTERVAL_S)
+                >= self.next_search_interval_s)
             ticket = PollTicket(list(kinds), lows, want_next=want, probe=probe, began=now)
             self._running.append(ticket)
             return ticket
@@ -178,7 +188,7 @@ class LowWatermarks:
         Searching walks every lease of the last acquire_timeout (acked ones too, under a held
         snapshot: 9,000 dead index entries at 150 tasks/s and the default 60-s lease, ~3 ms),
         so it runs on a poll from the bottom, once the searched time has passed, and, at most
-        every ``NEXT_SEARCH_INTERVAL_S``, after an announced row came due. That last case is
+        every ``next_search_interval_s``, after an announced row came due. That last case is
         how an idle consumer learns of a lease another consumer took on a row it was told
         about (so it wakes when a killed consumer's lease runs out); under a steady load every
         publish is such a row, and searching on each of them made most polls walk the lease
@@ -209,7 +219,7 @@ class LowWatermarks:
         if searched is not None and searched <= polled_at:
             del self._searched[key]  # passed: reported, so the next poll, at once, searches
         if key in self._stale and key in self._searched:
-            wait_s = self._searched_at[key] + NEXT_SEARCH_INTERVAL_S - self._monotonic()
+            wait_s = self._searched_at[key] + self.next_search_interval_s - self._monotonic()
             retry = polled_at + max(0, math.ceil(wait_s * 1000))
             value = retry if value is None else min(value, retry)
         return value

@@ -14,7 +14,7 @@ from _workers import WAIT_S
 
 from delayq_transport import DelayedQueue, Envelope
 from delayq_transport.core.queries import Queries
-from delayq_transport.core.watermark import LowWatermarks
+from delayq_transport.core.watermark import LowWatermarks, next_search_interval
 
 RESCAN_S = 3600.0
 
@@ -290,11 +290,11 @@ def test_due_now_announcements_do_not_trigger_a_search() -> None:
 def test_announced_rows_coming_due_search_at_most_once_an_interval() -> None:
     """Under a steady load every publish is announced a little ahead of the last poll and comes
     due by the next one. Each such row may now be leased by another consumer, so a search is
-    due, but at most one per NEXT_SEARCH_INTERVAL_S (a search walks the whole lease region,
-    acked leases too under a held snapshot); between searches the consumer is told to poll
-    again when the next one is allowed."""
+    due, but at most one per search interval (a search walks the whole lease region, acked
+    leases too under a held snapshot); between searches the consumer is told to poll again
+    when the next one is allowed."""
     clock = Ticker()
-    marks = LowWatermarks(no_probe, RESCAN_S, monotonic=clock)
+    marks = LowWatermarks(no_probe, RESCAN_S, monotonic=clock, next_search_interval_s=1.0)
     assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000, 65_000) == 65_000
     searches, polled_at = 0, 5_000
     for _ in range(150):  # 150 polls 10 ms apart, each preceded by one announced publish
@@ -312,10 +312,12 @@ def test_announced_rows_coming_due_search_at_most_once_an_interval() -> None:
 def test_a_row_another_consumer_took_is_searched_for_within_the_interval() -> None:
     """The heir's view of a killed consumer's task: the announced row came due, this consumer's
     poll found nothing (another one leased it). The lease is not known here, so the reported
-    time brings a poll that searches within NEXT_SEARCH_INTERVAL_S, and that search's answer
-    (the other consumer's lease end) is what the consumer then waits for."""
+    time brings a poll that searches within the search interval (a quarter of the lease at
+    most), and that search's answer (the other consumer's lease end) is what the consumer
+    then waits for."""
+    assert next_search_interval(4_000) == 1.0 and next_search_interval(60_000) == 5.0
     clock = Ticker()
-    marks = LowWatermarks(no_probe, RESCAN_S, monotonic=clock)
+    marks = LowWatermarks(no_probe, RESCAN_S, monotonic=clock, next_search_interval_s=1.0)
     assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000, None) is None
     marks.lower("k", 5_100)
     clock.t += 0.2
