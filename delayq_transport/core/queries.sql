@@ -133,14 +133,16 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, CASE WHEN %(want_next)s T
 
 -- probe_below_watermark --
 -- The low watermark's safety net, in a thread of its own (core/watermark.py): per kind, the
--- earliest due row below the consumer's floor, if any (a row some locker skipped and then
--- released without a NOTIFY). It walks every dead index entry below the floor, which is why
--- the poll never does. Rows locked by a poll in flight may show up too: lowering is harmless.
+-- earliest due row from `start` (NULL: the bottom) to below the consumer's floor, if any (a
+-- row some locker skipped and then released without a NOTIFY). It walks every dead index
+-- entry in that range, which is why the poll never does. Rows locked by a poll in flight may
+-- show up too: lowering is harmless.
 SELECT k.kind, x.at
-FROM unnest(%(kinds)s::text[], %(floors)s::bigint[]) AS k(kind, floor)
+FROM unnest(%(kinds)s::text[], %(starts)s::bigint[], %(floors)s::bigint[])
+     AS k(kind, start, floor)
 CROSS JOIN LATERAL (
     SELECT "scheduledAt" AS at FROM {table}
-    WHERE ("pKind", "scheduledAt") >= (k.kind, '-9223372036854775808'::bigint)
+    WHERE ("pKind", "scheduledAt") >= (k.kind, COALESCE(k.start, -9223372036854775808))
       AND ("pKind", "scheduledAt") <= (k.kind, LEAST(k.floor - 1, {now}))
     ORDER BY "pKind", "scheduledAt" LIMIT 1
 ) AS x

@@ -368,9 +368,10 @@ class DelayedQueue:
         if self.watermarks is not None:
             self.watermarks.lower(kind, at_ms)
 
-    def _probe_below(self, kinds: list[str], floors: list[int]) -> list[tuple[str, int]]:
+    def _probe_below(self, kinds: list[str], starts: list[int | None], floors: list[int]
+                     ) -> list[tuple[str, int]]:
         """The watermark's safety net, run in its own thread (core/watermark.py)."""
-        params = {"kinds": kinds, "floors": floors, "now": self._now_ms()}
+        params = {"kinds": kinds, "starts": starts, "floors": floors, "now": self._now_ms()}
         rows = self.db.fetchall(self.queries["probe_below_watermark"], params,
                                 relaxed=self.relaxed)
         return [(r[0], int(r[1])) for r in rows]

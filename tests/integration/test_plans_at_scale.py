@@ -46,7 +46,8 @@ HOT: dict[str, tuple[str, bool]] = {
     "offer_cas_update": (BY_KEY, False),
 }
 PARAMS: dict[str, Any] = {
-    "kinds": ["test", "other"], "lows": [None, 1000], "floors": [2000, 1000], "want_next": True,
+    "kinds": ["test", "other"], "lows": [None, 1000], "starts": [None, 500],
+    "floors": [2000, 1000], "want_next": True,
     "limit": 8, "lock": "L", "lease_ms": 60_000, "now": None, "id": 5, "ids": [1, 2, 3],
     "locks": ["a", "b", "c"],
     "delay_ms": 0, "key": "k5", "kind": "test", "payload": b"x", "scheduled_at": None,

@@ -175,7 +175,8 @@ def generic_plan(conn: psycopg.Connection[Any], query: str, params: dict[str, An
 
 
 HOT_PATH_PARAMS = {
-    "kinds": ["test", "other"], "lows": [None, 1000], "floors": [2000, 1000],
+    "kinds": ["test", "other"], "lows": [None, 1000], "starts": [None, 500],
+    "floors": [2000, 1000],
     "want_next": True, "limit": 8, "lock": "L",
     "lease_ms": 60_000, "now": None, "id": 5, "ids": [1, 2, 3], "locks": ["a", "b", "c"],
     "delay_ms": 0, "key": "k5", "kind": "test", "payload": b"x", "scheduled_at": None,

@@ -43,7 +43,8 @@ def wq(database_url: str, ticker: Ticker) -> Iterator[DelayedQueue]:
         yield q
 
 
-def no_probe(kinds: list[str], floors: list[int]) -> list[tuple[str, int]]:
+def no_probe(kinds: list[str], starts: list[int | None], floors: list[int]
+             ) -> list[tuple[str, int]]:
     return []
 
 
@@ -130,7 +131,8 @@ def test_the_probe_runs_once_per_interval_and_finds_nothing_when_nothing_is_belo
 def test_a_failed_probe_is_retried_one_interval_later(ticker: Ticker) -> None:
     calls: list[list[int]] = []
 
-    def failing(kinds: list[str], floors: list[int]) -> list[tuple[str, int]]:
+    def failing(kinds: list[str], starts: list[int | None], floors: list[int]
+                ) -> list[tuple[str, int]]:
         calls.append(floors)
         raise RuntimeError("statement timeout")
 
@@ -332,3 +334,89 @@ def test_a_row_another_consumer_took_is_searched_for_within_the_interval() -> No
     ticket = marks.begin(["k"])
     assert not ticket.want_next
     assert marks.finish(ticket, {}, 10, 0, 6_100) == 9_100
+
+
+class RecordingProbe:
+    """A probe that records (start, floor) per call and finds nothing."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int | None, int]] = []
+
+    def __call__(self, kinds: list[str], starts: list[int | None], floors: list[int]
+                 ) -> list[tuple[str, int]]:
+        self.calls.extend(zip(starts, floors, strict=True))
+        return []
+
+
+def probe_once(marks: LowWatermarks, ticker: Ticker, polled_at: int) -> tuple[int | None, int]:
+    ticker.t += RESCAN_S
+    marks.finish(marks.begin(["k"]), {}, 10, 0, polled_at)
+    assert marks.wait_probes(WAIT_S)
+    return marks.probe.calls[-1]  # type: ignore[attr-defined]
+
+
+def test_the_probe_starts_at_the_lowest_floor_since_the_last_one(ticker: Ticker) -> None:
+    """A row gets below the floor unannounced only when a poll skipped it, at or above that
+    poll's floor: the probe starts at the lowest floor held since the last probe (lowerings
+    included), not at the bottom where a held snapshot keeps every dead entry."""
+    marks = LowWatermarks(RecordingProbe(), RESCAN_S, monotonic=ticker)
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000)
+    assert probe_once(marks, ticker, 6_000) == (None, 6_000), "the first from the bottom"
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 7_000)
+    marks.lower("k", 6_500)  # a NOTIFY: the floor held 6,500 for a while
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 8_000)
+    assert probe_once(marks, ticker, 9_000) == (6_000, 9_000)
+    marks.lower("k", 8_500)
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 9_500)
+    assert probe_once(marks, ticker, 10_000) == (8_500, 10_000)
+    assert probe_once(marks, ticker, 11_000) == (10_000, 11_000)
+
+
+def test_a_poll_running_while_the_probe_reads_the_floors_bounds_the_next_probe(
+        ticker: Ticker) -> None:
+    """A poll that began below the floor may still skip a row down there after the probe's
+    snapshot: the next probe starts no higher than that poll's floor."""
+    marks = LowWatermarks(RecordingProbe(), RESCAN_S, monotonic=ticker)
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000)
+    slow = marks.begin(["k"])  # starts at 5,000
+    assert probe_once(marks, ticker, 6_000) == (None, 6_000)
+    marks.finish(slow, {}, 10, 0, 6_100)
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 7_000)
+    assert probe_once(marks, ticker, 8_000) == (5_000, 8_000)
+
+
+def test_every_tenth_probe_and_a_reset_start_from_the_bottom(ticker: Ticker) -> None:
+    """The net for rows written without a NOTIFY (triggers disabled, a consumer that does not
+    listen): now and then, and after a reset, the probe walks from the bottom."""
+    from delayq_transport.core.watermark import FULL_PROBE_EVERY
+
+    marks = LowWatermarks(RecordingProbe(), RESCAN_S, monotonic=ticker)
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 1_000)
+    starts = [probe_once(marks, ticker, 1_000 * (i + 2))[0] for i in range(FULL_PROBE_EVERY)]
+    assert starts[0] is None and starts[-1] is None
+    assert all(s is not None for s in starts[1:-1])
+    marks.reset()
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 50_000)
+    assert probe_once(marks, ticker, 51_000)[0] is None
+
+
+def test_a_failed_probe_leaves_its_range_to_the_next(ticker: Ticker) -> None:
+    calls: list[tuple[int | None, int]] = []
+    fail = [True]
+
+    def flaky(kinds: list[str], starts: list[int | None], floors: list[int]
+              ) -> list[tuple[str, int]]:
+        calls.extend(zip(starts, floors, strict=True))
+        if fail[0]:
+            raise RuntimeError("statement timeout")
+        return []
+
+    marks = LowWatermarks(flaky, RESCAN_S, monotonic=ticker)
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000)
+    ticker.t += RESCAN_S
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 6_000)
+    assert marks.wait_probes(WAIT_S) and calls[-1] == (None, 6_000)
+    fail[0] = False
+    ticker.t += RESCAN_S
+    marks.finish(marks.begin(["k"]), {}, 10, 0, 7_000)
+    assert marks.wait_probes(WAIT_S) and calls[-1] == (None, 7_000), "from the bottom again"
