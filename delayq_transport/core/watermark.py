@@ -26,10 +26,11 @@ lock it skipped; each path has its answer (tests/integration/test_watermark.py c
 * a row skipped because another transaction held its lock and then rolled back (a failed
   concurrent poll, a failed ack of an expired lease): no notification, so a **probe** looks for
   a due row below the floor at least every ``full_rescan_interval_s`` per kind and lowers the
-  floor to it. The probe walks from the bottom of the index, through every dead entry a held
-  snapshot keeps (hundreds of milliseconds after minutes of load), so it runs in a thread of its
-  own, never in the poll: the polls go on from the floor meanwhile (a row the probe finds was
-  already waiting; it only comes one probe later). Only a kind with no floor yet (the first
+  floor to it. It starts at the lowest floor held since the previous probe (every
+  ``FULL_PROBE_EVERY``-th probe at the bottom of the index), still walking every dead entry a
+  held snapshot keeps in that range, so it runs in a thread of its own, never in the poll:
+  the polls go on from the floor meanwhile (a row the probe finds was already waiting; it
+  only comes one probe later). Only a kind with no floor yet (the first
   poll, after a reset) is polled from the bottom;
 * a lowering that arrives while a poll is running is kept: the poll's result cannot raise the
   watermark above it (the poll's snapshot may not have seen that row);
