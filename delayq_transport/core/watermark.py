@@ -41,6 +41,7 @@ lock it skipped; each path has its answer (tests/integration/test_watermark.py c
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import threading
@@ -63,6 +64,10 @@ def next_search_interval(lease_ms: int) -> float:
     """The search interval for a lease: a quarter of it at most, so another consumer's lease is
     known here long before it can expire (a killed worker's task is taken when it does)."""
     return min(NEXT_SEARCH_INTERVAL_S, lease_ms / 4000)
+
+#: Announced times kept per polled kind set; beyond it they are dropped and the next poll
+#: searches (which sees every committed row) instead.
+MAX_ANNOUNCED = 1024
 
 #: Every this many probes of a kind, the probe starts from the bottom of the index, whatever
 #: the floors since the last one (see ``_run_probe``).
@@ -122,8 +127,9 @@ class LowWatermarks:
         #: it has not passed, and when that search began (monotonic); see _remember_next().
         self._searched: dict[tuple[str, ...], int | None] = {}
         self._searched_at: dict[tuple[str, ...], float] = {}
-        #: Per polled kind set, the earliest announced time still ahead of the latest poll.
-        self._ahead: dict[tuple[str, ...], int] = {}
+        #: Per polled kind set, every announced time still ahead of the latest poll (a heap):
+        #: when the earliest comes due, the next one is what the consumer waits for.
+        self._ahead: dict[tuple[str, ...], list[int]] = {}
         #: Kind sets where an announced row came due since the last search: whoever took it
         #: holds a lease the search did not see, so a search is due (rate-limited).
         self._stale: set[tuple[str, ...]] = set()
@@ -211,20 +217,22 @@ class LowWatermarks:
         next search or, once expired, by any poll."""
         key = tuple(ticket.kinds)
         self._polled_at = max(self._polled_at, polled_at)
-        known = [at for k, at in ticket.lowered.items() if k in key and at > polled_at]
-        ahead = min([*known, *([self._ahead[key]] if key in self._ahead else [])], default=None)
+        heap = self._ahead.setdefault(key, [])
+        for k, at in ticket.lowered.items():
+            if k in key and at > polled_at:
+                heapq.heappush(heap, at)
         if ticket.want_next:
             self._searched[key], self._searched_at[key] = found, ticket.began
             self._stale.discard(key)
-        if ahead is not None and ahead <= polled_at:
+        passed = False
+        while heap and heap[0] <= polled_at:
             # Due: this poll saw it (announced before it began) or the consumer polls again
             # for a notification that arrived meanwhile; either way no wake-up is needed.
-            del self._ahead[key]
-            ahead = None
-            if not ticket.want_next:
-                self._stale.add(key)
-        elif ahead is not None:
-            self._ahead[key] = ahead
+            heapq.heappop(heap)
+            passed = True
+        if passed and not ticket.want_next:
+            self._stale.add(key)
+        ahead = heap[0] if heap else None
         searched = self._searched.get(key)
         value = min([at for at in (searched, ahead) if at is not None], default=None)
         if searched is not None and searched <= polled_at:
@@ -339,8 +347,13 @@ class LowWatermarks:
                 self._set_low(kind, at_ms)
             if at_ms > self._polled_at:  # a due-now row wakes the consumer anyway
                 for key in self._searched_at:  # every kind set searched at least once
-                    if kind in key and at_ms < self._ahead.get(key, at_ms + 1):
-                        self._ahead[key] = at_ms
+                    if kind not in key:
+                        continue
+                    heap = self._ahead.setdefault(key, [])
+                    if len(heap) >= MAX_ANNOUNCED:  # bounded memory: search instead
+                        heap.clear()
+                        self._searched.pop(key, None)
+                    heapq.heappush(heap, at_ms)
             for ticket in self._running:
                 if kind in ticket.kinds and at_ms < ticket.lowered.get(kind, at_ms + 1):
                     ticket.lowered[kind] = at_ms

@@ -420,3 +420,16 @@ def test_a_failed_probe_leaves_its_range_to_the_next(ticker: Ticker) -> None:
     ticker.t += RESCAN_S
     marks.finish(marks.begin(["k"]), {}, 10, 0, 7_000)
     assert marks.wait_probes(WAIT_S) and calls[-1] == (None, 7_000), "from the bottom again"
+
+
+def test_a_countdown_announced_with_a_due_now_row_is_still_reported() -> None:
+    """A due-now publish and a 2-s countdown announced before the same poll: the due-now one
+    passes in that poll, the countdown is still what the consumer waits for (found by the
+    acceptance test of the hub's due timer when only the earliest announcement was kept)."""
+    marks = LowWatermarks(no_probe, RESCAN_S, monotonic=Ticker())
+    assert marks.finish(marks.begin(["k"]), {}, 10, 0, 5_000, None) is None
+    marks.lower("k", 5_010)  # due now
+    marks.lower("k", 7_010)  # countdown=2
+    ticket = marks.begin(["k"])
+    assert not ticket.want_next
+    assert marks.finish(ticket, {"k": 5_010}, 10, 1, 5_020) == 7_010
