@@ -65,6 +65,7 @@ def next_search_interval(lease_ms: int) -> float:
     known here long before it can expire (a killed worker's task is taken when it does)."""
     return min(NEXT_SEARCH_INTERVAL_S, lease_ms / 4000)
 
+
 #: Announced times kept per polled kind set; beyond it they are dropped and the next poll
 #: searches (which sees every committed row) instead.
 MAX_ANNOUNCED = 1024
@@ -200,7 +201,7 @@ class LowWatermarks:
     def _remember_next(self, ticket: PollTicket, polled_at: int, found: int | None
                        ) -> int | None:
         """The next due time to report: the earlier of what the last search found and the
-        earliest time announced since.
+        earliest announced time still ahead.
 
         Searching walks every lease of the last acquire_timeout (acked ones too, under a held
         snapshot: 9,000 dead index entries at 150 tasks/s and the default 60-s lease, ~3 ms),
@@ -212,9 +213,11 @@ class LowWatermarks:
         region (pick-up p50 3.4 -> 9.3 ms under a held snapshot). A searched time that passed
         is still returned, so the consumer polls again at once (and that poll searches); an
         announced one is not (the poll saw its row, or the consumer polls again for the
-        notification that arrived during the poll). Leases taken
-        by others without an announcement (a row that was already waiting) are found by the
-        next search or, once expired, by any poll."""
+        notification that arrived during the poll). Leases taken by others without an
+        announcement (a row that was already waiting) are found by the next search or, once
+        expired, by any poll. Announcements during the poll are pushed here as well as by
+        :meth:`lower`: lower() skips a kind set not searched yet and times at or before the
+        latest poll of any kind set; a duplicate only pops twice."""
         key = tuple(ticket.kinds)
         self._polled_at = max(self._polled_at, polled_at)
         heap = self._ahead.setdefault(key, [])
