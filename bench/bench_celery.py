@@ -66,11 +66,14 @@ from _common import (  # noqa: E402
     write_results,
 )
 
-BROKERS = ("delayq", "delayq_durable", "delayq_unlogged", "redis", "amqp", "sqlalchemy")
+BROKERS = ("delayq", "delayq_durable", "delayq_unlogged", "delayq_buffered", "redis", "amqp",
+           "sqlalchemy")
 #: ``delayq_durable`` is delayq with the ``durable_publish=True`` transport option: every
 #: publish waits for the WAL flush, to show what that stricter durability costs.
 #: ``delayq_unlogged`` sets ``unlogged_table=True`` (no WAL; a crash empties the table), to
-#: show what the WAL costs.
+#: show what the WAL costs. ``delayq_buffered`` sets ``publish_linger`` (publishes written in
+#: batches every BUFFERED_LINGER_S; a publish returns before its row is written).
+BUFFERED_LINGER_S = 0.005
 VARIANTS: tuple[str, ...] = ()
 PHASES = ("throughput", "drain", "latency", "rss", "kill", "sweep")
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
@@ -354,11 +357,13 @@ def broker_state(name: str, phase: str, cfg: Settings, *, acks_late: bool = Fals
     """Fresh broker state for one phase, removed afterwards (also on Ctrl-C)."""
     queue = f"bench_{phase}_{cfg.run_id}"
     options = KILL_OPTIONS.get(name.split("_")[0], {}) if phase == "kill" else {}
-    if name in ("delayq", "delayq_durable", "delayq_unlogged", "sqlalchemy"):
+    if name in ("delayq", "delayq_durable", "delayq_unlogged", "delayq_buffered", "sqlalchemy"):
         if name == "delayq_durable":
             options = {**options, "durable_publish": True}
         if name == "delayq_unlogged":
             options = {**options, "unlogged_table": True}
+        if name == "delayq_buffered":
+            options = {**options, "publish_linger": BUFFERED_LINGER_S}
         with fresh_database(cfg.admin_url, prefix=f"delayq_bench_celery_{name}") as db_url:
             scheme = "sqla+postgresql+psycopg://" if name == "sqlalchemy" else "delayq+postgresql://"
             url = scheme + db_url.split("://", 1)[1]
@@ -1022,10 +1027,11 @@ Notes:
               help="Comma-separated phases: throughput,drain,latency,rss,kill, and sweep "
                    "(1/2/4 producers x 1/2/4 workers; not run by default).")
 @click.option("--brokers", "brokers_opt", show_default=True,
-              default=",".join(b for b in BROKERS if b != "delayq_unlogged"),
+              default=",".join(b for b in BROKERS
+                               if b not in ("delayq_unlogged", "delayq_buffered")),
               help="Comma-separated brokers: delayq,redis,amqp,sqlalchemy (and "
                    "delayq_durable: delayq with durable_publish=True; delayq_unlogged: with "
-                   "unlogged_table=True).")
+                   "unlogged_table=True; delayq_buffered: with publish_linger=0.005).")
 @click.option("--admin-url", default=DEFAULT_ADMIN_URL, show_default=True,
               help="PostgreSQL URL allowed to create the per-phase databases.")
 @click.option("--redis-db", default=11, show_default=True, help="Redis db used as the broker.")

@@ -1,6 +1,7 @@
 """The Dramatiq app every broker of bench/bench_dramatiq.py runs (the broker comes from env).
 
-``DQB_BROKER`` is one of ``delayq``, ``pg`` (dramatiq-postgres), ``redis``, ``rabbitmq``;
+``DQB_BROKER`` is one of ``delayq``, ``delayq_buffered`` (delayq with ``publish_linger``),
+``pg`` (dramatiq-postgres), ``redis``, ``rabbitmq``;
 ``DQB_URL`` its URL; ``DQB_COUNTER`` a Redis database where each run reports with one round
 trip (count, first and last run time, lateness of delayed messages), whatever the broker.
 """
@@ -18,10 +19,14 @@ URL = os.environ["DQB_URL"]
 QUEUE = os.environ.get("DQB_QUEUE", "bench")
 
 broker: dramatiq.Broker
-if KIND == "delayq":
+#: ``delayq_buffered``: sends written in batches every 5 ms (opt-in; a send returns before its
+#: row is written).
+BUFFERED_LINGER_S = 0.005
+if KIND in ("delayq", "delayq_buffered"):
     from delayq_transport.dramatiq import DelayqBroker
 
-    broker = DelayqBroker(url=URL)
+    broker = DelayqBroker(url=URL,
+                          publish_linger=BUFFERED_LINGER_S if KIND == "delayq_buffered" else 0)
 elif KIND == "pg":
     from dramatiq_postgres import PostgresBroker
 

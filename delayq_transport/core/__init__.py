@@ -17,6 +17,7 @@ from .errors import (
     InvalidInput,
     SchemaMissing,
 )
+from .publish_buffer import PublishBuffer
 from .queries import validate_table_name
 from .queue import DelayedQueue
 from .schema import migrate
@@ -37,6 +38,7 @@ __all__ = [
     "KindStatus",
     "Offer",
     "OfferOutcome",
+    "PublishBuffer",
     "RetryPolicy",
     "SchemaMissing",
     "StoredMessage",

@@ -219,12 +219,13 @@ class DelayedQueue:
         *,
         min_lead: timedelta | None = None,
         chunk_size: int = OFFER_BATCH_CHUNK,
+        durable: bool = True,
     ) -> list[OfferOutcome]:
         """Offer many messages: one multi-row insert per chunk, one-by-one ``offer`` for the rest.
 
         Every item is validated before anything is sent, so bad input stores nothing. Outcomes
         come back in input order. Keys that already exist (or repeat in the batch) go through
-        ``offer`` when ``can_update``, else they are IGNORED.
+        ``offer`` when ``can_update``, else they are IGNORED. ``durable=False`` as in ``offer``.
         """
         memo: MsMemo = {}
         prepared = [self._offer_params(*item, memo=memo) for item in items]
@@ -232,18 +233,19 @@ class DelayedQueue:
         outcomes: list[OfferOutcome] = []
         for start in range(0, len(prepared), chunk_size):
             chunk = prepared[start : start + chunk_size]
-            outcomes += self._offer_chunk(chunk, can_update, lead_ms)
+            outcomes += self._offer_chunk(chunk, can_update, lead_ms, durable)
         return outcomes
 
     def _offer_chunk(
-        self, chunk: list[dict[str, Any]], can_update: bool, lead_ms: int | None
+        self, chunk: list[dict[str, Any]], can_update: bool, lead_ms: int | None,
+        durable: bool = True,
     ) -> list[OfferOutcome]:
         keys, kinds, payloads, ats = as_arrays(
             [(p["key"], p["kind"], p["payload"], p["scheduled_at"]) for p in chunk], 4
         )
         params = {"keys": keys, "kinds": kinds, "payloads": payloads, "ats": ats,
                   "now": self._now_ms(), "min_lead_ms": lead_ms}
-        rows = self.db.fetchall(self.queries["offer_batch_insert"], params)
+        rows = self.db.fetchall(self.queries["offer_batch_insert"], params, relaxed=not durable)
         if rows and self.watermarks is not None:
             self._lower(rows[0][1], min(r[2] for r in rows))  # one kind per DelayedQueue
         created = {row[0] for row in rows}

@@ -36,6 +36,7 @@ from dramatiq.middleware import Middleware
 from ..core import partitions
 from ..core.db import Database
 from ..core.errors import InvalidInput
+from ..core.publish_buffer import PublishBuffer, check_linger
 from ..core.queue import DelayedQueue
 from ..core.timeutil import from_ms
 from . import names
@@ -85,6 +86,12 @@ class DelayqBroker(Broker):
         once committed, like Redis' default persistence; a PostgreSQL crash may lose the sends
         of its last ~0.6 s). Acks and leases never wait for the flush (a crash can only
         redeliver).
+      publish_linger: seconds a send may wait in this process' buffer before it is written,
+        with the others of that time, as one multi-row insert (default 0: off, a send is
+        written before it returns). On, ``send`` returns before its row is written: a process
+        killed meanwhile loses up to that long of sends, and a write error is logged and
+        retried, not raised (see docs/dramatiq.md). ``join``, ``flush`` and ``close`` write
+        the buffer first. At most 1.
       low_watermark: each poll starts above the rows this process already took (where only
         dead index entries lie) instead of the bottom of the index; the hub's NOTIFYs and this
         process' own sends lower it, a probe below the floor runs every 30 s in a thread of
@@ -105,6 +112,7 @@ class DelayqBroker(Broker):
         dead_message_ttl: int = DEFAULT_DEAD_MESSAGE_TTL_MS,
         max_priority: int | None = None,
         durable_publish: bool = False,
+        publish_linger: float = 0.0,
         low_watermark: bool = True,
         fail_fast_default: bool = False,
         namespace: str = names.NAMESPACE,
@@ -139,6 +147,17 @@ class DelayqBroker(Broker):
             lambda: deque(maxlen=FAILURES_KEPT))
         self._lock = threading.Lock()
         self.hub = Hub(self)
+        linger = check_linger(publish_linger)
+        if linger and durable_publish:
+            raise InvalidInput("durable_publish=True waits for each send to reach the disk; "
+                               "publish_linger returns before it is written: choose one")
+        #: ``publish_linger`` on: this process' sends, written in batches (off: None).
+        self.publisher = PublishBuffer(self._queue_of, linger) if linger else None
+
+    def _flush_sends(self) -> None:
+        """Write what this process buffered first: a purge or a join must see it."""
+        if self.publisher is not None and self.publisher.pending:
+            self.publisher.flush()
 
     # -- names ------------------------------------------------------------------------
 
@@ -185,9 +204,13 @@ class DelayqBroker(Broker):
         priority = self._priority(message)
         self.emit_before("enqueue", message, delay)
         key = f"{message.message_id}.{os.urandom(6).hex()}"  # re-enqueues keep their id
-        self._queue_of(names.kind_for(queue_name, priority, self.namespace)).offer(
-            key, message.encode(), None if eta is None else from_ms(eta), can_update=False,
-            durable=self.durable_publish)
+        kind = names.kind_for(queue_name, priority, self.namespace)
+        at = None if eta is None else from_ms(eta)
+        if self.publisher is not None:
+            self.publisher.put(kind, key, message.encode(), at, can_update=False)
+        else:
+            self._queue_of(kind).offer(key, message.encode(), at, can_update=False,
+                                       durable=self.durable_publish)
         self.emit_after("enqueue", message, delay)
         return message
 
@@ -209,10 +232,12 @@ class DelayqBroker(Broker):
     def flush(self, queue_name: str) -> None:
         """Drop the waiting messages of a queue, due and delayed (``q`` and ``q.DQ`` alike:
         a delayed message is a row of its queue); messages being processed stay."""
+        self._flush_sends()
         self.queue.purge(self.kinds_of(queue_name))
 
     def flush_all(self) -> None:
         """Drop the waiting messages and the dead letters of every declared queue."""
+        self._flush_sends()
         kinds = [k for q in self.queues for k in (*self.kinds_of(q), self.dead_letter_kind(q))]
         if kinds:
             self.queue.purge(kinds)
@@ -225,6 +250,9 @@ class DelayqBroker(Broker):
         if queue_name not in self.queues:
             raise QueueNotFound(queue_name)
         deadline = None if timeout is None else time.monotonic() + timeout / 1000
+        if (self.publisher is not None and self.publisher.pending
+                and not self.publisher.flush(None if timeout is None else timeout / 1000)):
+            raise QueueJoinTimeout(queue_name)
         kinds = self.kinds_of(queue_name)
         while partitions.count_all(self.queue, kinds):
             if deadline is not None and time.monotonic() >= deadline:
@@ -237,6 +265,8 @@ class DelayqBroker(Broker):
 
     def close(self) -> None:
         """Release what any consumer of this broker still holds, stop the hub."""
+        if self.publisher is not None:
+            self.publisher.close()
         for consumer in self.hub.consumers():
             consumer.close()
         self.hub.stop()

@@ -10,6 +10,7 @@ from typing import Any
 from ..core.bindings import Bindings
 from ..core.db import Database
 from ..core.listen import Listener
+from ..core.publish_buffer import PublishBuffer, check_linger
 from ..core.queue import DelayedQueue
 from ..core.schema import set_unlogged
 from ..core.watermark import DEFAULT_FULL_RESCAN_INTERVAL_S
@@ -55,6 +56,14 @@ class Backend:
         self.bindings = Bindings(self.db, self.queue.queries)
         self.users = 0
         self._by_kind: dict[str, DelayedQueue] = {}
+        linger = check_linger(options.get("publish_linger", 0))
+        #: ``publish_linger`` on: this process' publishes, written in batches (off: None).
+        self.publisher = PublishBuffer(self.queue_for, linger) if linger else None
+
+    def flush_publishes(self) -> None:
+        """Write what this process buffered first: a purge or a count must see it."""
+        if self.publisher is not None and self.publisher.pending:
+            self.publisher.flush()
 
     def queue_for(self, kind: str) -> DelayedQueue:
         """The queue of one kind, built once (publishing asks for it every time)."""
@@ -82,4 +91,6 @@ class Backend:
             self.users -= 1
             if self.users <= 0:
                 self._registry.pop(self._key, None)
+                if self.publisher is not None:
+                    self.publisher.close()
                 self.db.close()

@@ -170,6 +170,11 @@ class DelayqChannel(virtual.Channel):
             )
         priority = message["properties"].get("priority")
         kind = msg.kind_for(queue, priority, self._steps)
+        publisher = self.backend.publisher
+        if publisher is not None:  # publish_linger: written with others within that time
+            publisher.put(kind, msg.row_key(message), payload, msg.eta_of(message),
+                          durable=bool(self.durable_publish))
+            return
         self.backend.queue_for(kind).offer(
             msg.row_key(message), payload, msg.eta_of(message), durable=bool(self.durable_publish)
         )
@@ -182,10 +187,12 @@ class DelayqChannel(virtual.Channel):
         return self._to_message(envs[0], queue, ack_needed=True)
 
     def _purge(self, queue: str) -> int:
+        self.backend.flush_publishes()
         return self.backend.queue.purge(self._kinds(queue))
 
     def _size(self, queue: str) -> int:
         """message_count: due rows only, exact up to a cap (docs/operations.md, "Counts")."""
+        self.backend.flush_publishes()
         return self.backend.queue.count_due(self._kinds(queue))
 
     def _new_queue(self, queue: str, auto_delete: bool = False, **kwargs: Any) -> None:

@@ -23,4 +23,4 @@ DEFAULT_CLOSE_WAIT_S = 5.0
 CONTROL_EXCHANGE = "celery.pidbox"
 #: Options that configure the shared :class:`~.backend.Backend` (pool and queue).
 BACKEND_OPTIONS = ("table", "pool_size", "acquire_timeout", "ensure_schema", "durable_acks",
-                   "low_watermark", "full_rescan_interval", "unlogged_table")
+                   "low_watermark", "full_rescan_interval", "unlogged_table", "publish_linger")

@@ -46,6 +46,11 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
   ~0.6 s (never a later one without the earlier ones). That is what Celery's default brokers
   give (Redis' default persistence, RabbitMQ without publisher confirms), at their speed; on
   costs one flush wait per publish (see docs/benchmarks.md).
+* ``publish_linger``: seconds a publish may wait in a buffer of the producer process before
+  it is written, together with the others of that time, as one multi-row insert (default 0:
+  off, every publish is written before it returns). On, a publish returns before its row is
+  written: a producer process killed meanwhile loses up to that long of publishes, and a
+  write error is logged and retried instead of raised (see docs/transport.md). At most 1.
 * ``durable_acks``: commit acks, leases and releases with a WAL flush (default False). Off,
   they skip the flush wait, which unblocks the worker's event loop; a PostgreSQL crash can then
   only redeliver messages (at-least-once).
@@ -135,6 +140,9 @@ class Transport(virtual.Transport):
         if options.get("unlogged_table") and options.get("durable_publish"):
             raise InvalidInput("durable_publish=True asks for publishes that survive a crash; "
                                "unlogged_table=True empties the table in one: choose one")
+        if options.get("publish_linger") and options.get("durable_publish"):
+            raise InvalidInput("durable_publish=True waits for each publish to reach the disk; "
+                               "publish_linger returns before it is written: choose one")
         if getattr(client, "connect_timeout", None):
             # A dead host of a failover list must not cost more than kombu's own timeout.
             self._backend_opts.setdefault("connect_timeout", float(client.connect_timeout))

@@ -22,7 +22,8 @@ from delayq_transport.dramatiq.periodic import PeriodicMiddleware, periodic
 
 URL = os.environ["DELAYQ_DATABASE_URL"]
 broker = DelayqBroker(url=URL, acquire_timeout=float(os.environ.get("DELAYQ_LEASE", "60")),
-                      max_priority=3, polling_interval=2.0)
+                      max_priority=3, polling_interval=2.0,
+                      publish_linger=float(os.environ.get("DELAYQ_PUBLISH_LINGER", "0")))
 broker.add_middleware(CurrentMessage())
 broker.add_middleware(Results(backend=RedisBackend(
     url=os.environ.get("DELAYQ_REDIS_RESULTS", "redis://127.0.0.1:6379/12"))))

@@ -240,17 +240,21 @@ def test_leases_extend_while_the_worker_lives_and_lapse_when_it_is_killed(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("linger", ["0", "0.005"], ids=["unbuffered", "publish_linger"])
 def test_many_producers_and_consumers_lose_and_duplicate_nothing(
         app_env: dict[str, str], start_worker: Callable[..., DramatiqWorker],
-        database_url: str) -> None:
+        database_url: str, linger: str) -> None:
+    """Also with ``publish_linger``: the producers' sends are written in batches by a thread,
+    and the last ones by interpreter exit (the producers end without closing the broker)."""
     per_producer, producers = 300, 3
     start_worker("-p", "2", "-t", "4")
     start_worker("-p", "2", "-t", "4")
     code = ("import sys, dramatiq_app as a\n"
             "for j in range(int(sys.argv[2])): a.note.send(f'p{sys.argv[1]}-{j}')\n"
-            "a.broker.close()\n")
+            + ("a.broker.close()\n" if linger == "0" else ""))
+    env = dict(app_env, DELAYQ_PUBLISH_LINGER=linger)
     procs = [subprocess.Popen([sys.executable, "-c", code, str(i), str(per_producer)],
-                              cwd=HERE, env=app_env) for i in range(producers)]
+                              cwd=HERE, env=env) for i in range(producers)]
     assert [p.wait(timeout=120) for p in procs] == [0] * producers
     total = per_producer * producers
     wait_for(lambda: len(runs(database_url, "note")) >= total, 60, f"{total} runs")
