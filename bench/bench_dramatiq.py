@@ -406,8 +406,8 @@ def render(data: dict[str, Any]) -> str:
 
 `bench/bench_dramatiq.py` — {m['cpu_count']} cores, PostgreSQL
 {m['postgresql']['server_version']}, Python {m['python']}, run {data['revision']}; 1-minute load
-average {m['load_average_at_start'][0]:.1f} → {data['load_average_at_end'][0]:.1f} (other
-helpers' jobs shared the machine: ratios from interleaved rounds are the figures to read).
+average {m['load_average_at_start'][0]:.1f} → {data['load_average_at_end'][0]:.1f} (the
+benchmark's own processes count in it; ratios from interleaved rounds are the figures to read).
 
 Real `dramatiq` CLI workers, the app `bench/dramatiq_bench_app.py`; each run reports to a Redis
 counter with one round trip. End to end: {data['messages']:,} no-op messages sent by 2 producer
