@@ -13,13 +13,15 @@ caller. Bad input still raises in the caller (keys and payloads are checked in `
 the database is unreachable the buffer keeps retrying; once ``max_pending`` publishes wait,
 ``put`` blocks up to ``put_timeout`` and then raises :class:`~.errors.DatabaseUnavailable`.
 ``flush`` writes everything accepted so far and waits for it; ``close`` and interpreter exit
-flush too. A forked child starts with an empty buffer (its parent writes what it accepted).
+flush too, and so does the exit of a multiprocessing or billiard child (Celery's prefork pool).
+A forked child starts with an empty buffer (its parent writes what it accepted).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import multiprocessing.util
 import os
 import threading
 import time
@@ -96,6 +98,7 @@ class PublishBuffer:
         self.put_timeout = float(put_timeout)
         self._reset()
         _live.add(self)
+        _flush_when_a_child_exits()
 
     def _reset(self) -> None:
         """Fresh state (also in a forked child: the parent writes what it had accepted)."""
@@ -266,12 +269,24 @@ class PublishBuffer:
 
 #: Buffers of this process, flushed at exit and emptied in a forked child.
 _live: weakref.WeakSet[PublishBuffer] = weakref.WeakSet()
+#: The process whose multiprocessing exit hook is registered (see below).
+_hooked_pid = 0
 
 
 @atexit.register
 def _flush_at_exit() -> None:
     for buffer in list(_live):
         buffer.close(EXIT_FLUSH_TIMEOUT_S)
+
+
+def _flush_when_a_child_exits() -> None:
+    """A multiprocessing or billiard child (Celery's prefork pool) ends with ``os._exit``, which
+    skips ``atexit``; it runs multiprocessing's finalizers first. The child clears the
+    registry it inherited, so each process that makes a buffer registers its own."""
+    global _hooked_pid
+    if _hooked_pid != os.getpid():
+        _hooked_pid = os.getpid()
+        multiprocessing.util.Finalize(None, _flush_at_exit, exitpriority=100)
 
 
 def _after_fork_in_child() -> None:

@@ -7,6 +7,7 @@ child never writes its parent's buffer a second time.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from collections.abc import Iterator
@@ -164,6 +165,25 @@ def test_a_forked_child_never_writes_its_parents_buffer(
     finally:
         buffer.close()  # the parent writes them, once
     assert sorted(k for _, k, _, _ in rows(database_url)) == sorted(f"c{i}" for i in range(20))
+
+
+def _publish_and_return(url: str, n: int) -> None:
+    """A multiprocessing child's body: buffer ``n`` offers (nothing flushes them) and end."""
+    queue = DelayedQueue(url, kind="child")
+    buffer = PublishBuffer(queue.with_kind, 1.0)
+    for i in range(n):
+        buffer.put("child", f"p{i}", b"p")
+
+
+def test_a_multiprocessing_child_writes_its_buffer_when_it_ends(database_url: str) -> None:
+    """multiprocessing and billiard (Celery's prefork pool) children end with ``os._exit``,
+    skipping ``atexit``: the buffer is written by their exit hook instead."""
+    child = multiprocessing.get_context("fork").Process(target=_publish_and_return,
+                                                        args=(database_url, 30))
+    child.start()
+    child.join(timeout=30)
+    assert child.exitcode == 0
+    assert sorted(k for _, k, _, _ in rows(database_url)) == sorted(f"p{i}" for i in range(30))
 
 
 def test_kombu_publish_linger_delivers_each_message_once_and_counts_see_the_buffer(
