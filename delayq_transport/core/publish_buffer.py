@@ -58,22 +58,26 @@ class _Pending(NamedTuple):
     payload: bytes
     at: datetime | None
     can_update: bool
-    durable: bool
 
     @property
-    def statement(self) -> tuple[str, bool, bool]:
+    def statement(self) -> tuple[str, bool]:
         """Items with equal values here go out in one ``offer_batch``."""
-        return self.kind, self.can_update, self.durable
+        return self.kind, self.can_update
 
 
-def check_linger(value: object, *, what: str = "publish_linger") -> float:
-    """Seconds, 0 (off) up to :data:`MAX_LINGER_S`; anything else is refused by name."""
+def check_linger(value: object, *, durable_publish: bool = False,
+                 what: str = "publish_linger") -> float:
+    """Seconds, 0 (off) up to :data:`MAX_LINGER_S`; anything else is refused by name, and so is
+    a linger together with ``durable_publish`` (the adapters' option for a flushed commit)."""
     try:
         linger = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise InvalidInput(f"{what} must be a number of seconds, got {value!r}") from None
     if not 0 <= linger <= MAX_LINGER_S:
         raise InvalidInput(f"{what} must be between 0 (off) and {MAX_LINGER_S} s, got {value!r}")
+    if linger and durable_publish:
+        raise InvalidInput(f"durable_publish=True waits for each publish to reach the disk; "
+                           f"{what} returns before it is written: choose one")
     return linger
 
 
@@ -115,7 +119,7 @@ class PublishBuffer:
     # -- producer side ---------------------------------------------------------------------
 
     def put(self, kind: str, key: str, payload: bytes, at: datetime | None = None, *,
-            can_update: bool = True, durable: bool = False) -> None:
+            can_update: bool = True) -> None:
         """Accept one offer for the next write; raises only on bad input, after ``close``, or
         when ``max_pending`` publishes still wait after ``put_timeout``."""
         kind, key = validate_kind(kind), validate_key(key)
@@ -128,7 +132,7 @@ class PublishBuffer:
             if not self._items:
                 self._first_at = time.monotonic()
             self._seq += 1
-            self._items.append(_Pending(self._seq, kind, key, payload, at, can_update, durable))
+            self._items.append(_Pending(self._seq, kind, key, payload, at, can_update))
             if self._thread is None:
                 self._start()
             if len(self._items) == 1 or len(self._items) >= self.max_batch:
@@ -243,19 +247,20 @@ class PublishBuffer:
             return batch
 
     def _write(self, batch: list[_Pending]) -> list[_Pending]:
-        """One ``offer_batch`` per (kind, can_update, durable), each in the order of ``put``;
+        """One ``offer_batch`` per (kind, can_update), each in the order of ``put``, committed
+        without waiting for the WAL flush (the caller did not wait for the write at all);
         returns what could not be written, in that order."""
-        groups: dict[tuple[str, bool, bool], list[_Pending]] = {}
+        groups: dict[tuple[str, bool], list[_Pending]] = {}
         for item in batch:
             groups.setdefault(item.statement, []).append(item)
         unwritten: list[_Pending] = []
-        for (kind, can_update, durable), items in groups.items():
+        for (kind, can_update), items in groups.items():
             if unwritten:  # an earlier group failed: the database will refuse this one too
                 unwritten += items
                 continue
             try:
                 self._queue_for(kind).offer_batch([(p.key, p.payload, p.at) for p in items],
-                                                  can_update=can_update, durable=durable)
+                                                  can_update=can_update, durable=False)
             except DelayqError as exc:
                 log.warning("delayq: writing %d buffered publish(es) failed, retrying: %s",
                             len(items), exc)

@@ -147,16 +147,13 @@ class DelayqBroker(Broker):
             lambda: deque(maxlen=FAILURES_KEPT))
         self._lock = threading.Lock()
         self.hub = Hub(self)
-        linger = check_linger(publish_linger)
-        if linger and durable_publish:
-            raise InvalidInput("durable_publish=True waits for each send to reach the disk; "
-                               "publish_linger returns before it is written: choose one")
+        linger = check_linger(publish_linger, durable_publish=durable_publish)
         #: ``publish_linger`` on: this process' sends, written in batches (off: None).
         self.publisher = PublishBuffer(self._queue_of, linger) if linger else None
 
     def _flush_sends(self) -> None:
         """Write what this process buffered first: a purge or a join must see it."""
-        if self.publisher is not None and self.publisher.pending:
+        if self.publisher is not None:
             self.publisher.flush()
 
     # -- names ------------------------------------------------------------------------
@@ -250,8 +247,8 @@ class DelayqBroker(Broker):
         if queue_name not in self.queues:
             raise QueueNotFound(queue_name)
         deadline = None if timeout is None else time.monotonic() + timeout / 1000
-        if (self.publisher is not None and self.publisher.pending
-                and not self.publisher.flush(None if timeout is None else timeout / 1000)):
+        if self.publisher is not None and not self.publisher.flush(
+                None if timeout is None else timeout / 1000):
             raise QueueJoinTimeout(queue_name)
         kinds = self.kinds_of(queue_name)
         while partitions.count_all(self.queue, kinds):

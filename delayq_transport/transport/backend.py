@@ -62,7 +62,7 @@ class Backend:
 
     def flush_publishes(self) -> None:
         """Write what this process buffered first: a purge or a count must see it."""
-        if self.publisher is not None and self.publisher.pending:
+        if self.publisher is not None:
             self.publisher.flush()
 
     def queue_for(self, kind: str) -> DelayedQueue:

@@ -172,8 +172,7 @@ class DelayqChannel(virtual.Channel):
         kind = msg.kind_for(queue, priority, self._steps)
         publisher = self.backend.publisher
         if publisher is not None:  # publish_linger: written with others within that time
-            publisher.put(kind, msg.row_key(message), payload, msg.eta_of(message),
-                          durable=bool(self.durable_publish))
+            publisher.put(kind, msg.row_key(message), payload, msg.eta_of(message))
             return
         self.backend.queue_for(kind).offer(
             msg.row_key(message), payload, msg.eta_of(message), durable=bool(self.durable_publish)

@@ -82,6 +82,7 @@ import psycopg
 from kombu.transport import TRANSPORT_ALIASES, virtual
 
 from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
+from ..core.publish_buffer import check_linger
 from .backend import Backend
 from .channel import DelayqChannel
 from .maintenance import Maintenance
@@ -140,9 +141,8 @@ class Transport(virtual.Transport):
         if options.get("unlogged_table") and options.get("durable_publish"):
             raise InvalidInput("durable_publish=True asks for publishes that survive a crash; "
                                "unlogged_table=True empties the table in one: choose one")
-        if options.get("publish_linger") and options.get("durable_publish"):
-            raise InvalidInput("durable_publish=True waits for each publish to reach the disk; "
-                               "publish_linger returns before it is written: choose one")
+        check_linger(options.get("publish_linger", 0),
+                     durable_publish=bool(options.get("durable_publish")))
         if getattr(client, "connect_timeout", None):
             # A dead host of a failover list must not cost more than kombu's own timeout.
             self._backend_opts.setdefault("connect_timeout", float(client.connect_timeout))
