@@ -52,6 +52,13 @@ def _cpu(proc: psutil.Process) -> float:
         return 0.0
 
 
+def _machine_busy() -> float:
+    """CPU seconds the whole machine spent not idle (every process, the kernel's interrupt
+    work included): what the processes above leave out shows as unattributed."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
 class ServerCpu:
     """CPU of a broker's server processes; new children are counted from zero."""
 
@@ -208,7 +215,7 @@ def profile(broker: str, cfg: bc.Settings, n: int, pyspy: bool) -> dict[str, Any
 HOOKS = Path(__file__).resolve().parent / "_profile_hooks"
 
 
-def profile_e2e(broker: str, cfg: bc.Settings, n: int) -> dict[str, Any]:
+def profile_e2e(broker: str, cfg: bc.Settings, n: int, pyspy: bool = False) -> dict[str, Any]:
     """Producers and worker together, as in ``bench_celery.py``'s throughput phase."""
     key = bc._key(cfg, broker, "e2e", uuid.uuid4().hex[:8])
     warm_key = key + ":warm"
@@ -232,6 +239,9 @@ def profile_e2e(broker: str, cfg: bc.Settings, n: int) -> dict[str, Any]:
             counts0 = json.loads(counts_path.read_text()) if counts_path.exists() else {}
             c_prod = sum(_cpu(k) for k in kids_p)
             c_main, c_kids, t0 = _cpu(main), sum(_cpu(k) for k in kids), time.time()
+            machine0 = _machine_busy()
+            spies = [_pyspy(p.pid, 120, cfg.logdir / f"{broker}-{name}.raw")
+                     for name, p in (("worker", main), ("producer", kids_p[0]))] if pyspy else []
             producers.submit(bc._publish, jobs)
             while bc._get_int(client, key) < n and time.time() - t0 < 300:
                 time.sleep(0.02)
@@ -243,9 +253,20 @@ def profile_e2e(broker: str, cfg: bc.Settings, n: int) -> dict[str, Any]:
                 "worker_main_cpu_us_per_task": round((_cpu(main) - c_main) * 1e6 / n),
                 "pool_children_cpu_us_per_task": round(
                     (sum(_cpu(k) for k in kids) - c_kids) * 1e6 / n),
-                "server_cpu_us_per_task": round(server.used() * 1e6 / n)}
+                "server_cpu_us_per_task": round(server.used() * 1e6 / n),
+                "machine_busy_us_per_task": round((_machine_busy() - machine0) * 1e6 / n)}
+            out["unattributed_us_per_task"] = out["machine_busy_us_per_task"] - sum(
+                out[k] for k in ("producers_cpu_us_per_task", "worker_main_cpu_us_per_task",
+                                 "pool_children_cpu_us_per_task", "server_cpu_us_per_task"))
             if pg:
                 out.update(pg.delta(n))
+            for spy in spies:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+                spy.wait(timeout=60)
+            for name in ("worker", "producer") if spies else ():
+                raw = cfg.logdir / f"{broker}-{name}.raw"
+                if raw.exists():
+                    out[f"{name}_top_functions"] = _top_functions(raw)
             time.sleep(1.0)
             if counts_path.exists():
                 counts1 = json.loads(counts_path.read_text())
@@ -259,7 +280,8 @@ def profile_e2e(broker: str, cfg: bc.Settings, n: int) -> dict[str, Any]:
 @click.option("--tasks", default=5000, show_default=True)
 @click.option("--admin-url", default="postgresql://postgres@127.0.0.1:5499/postgres",
               show_default=True, help="A cluster with pg_stat_statements preloaded.")
-@click.option("--py-spy", "pyspy", is_flag=True, help="Sample the worker main process.")
+@click.option("--py-spy", "pyspy", is_flag=True,
+              help="Sample the worker main process (and, with --e2e, one producer).")
 @click.option("--output", default="", help="Write the JSON results here.")
 @click.option("--e2e", is_flag=True, help="Producers and worker together (throughput phase).")
 @click.option("--producers", default=2, show_default=True, help="Producer processes (--e2e).")
@@ -274,7 +296,7 @@ def main(brokers: str, tasks: int, admin_url: str, pyspy: bool, output: str, e2e
     try:
         for broker in brokers.split(","):
             if e2e:
-                results[broker] = {"e2e": profile_e2e(broker, cfg, tasks)}
+                results[broker] = {"e2e": profile_e2e(broker, cfg, tasks, pyspy)}
             else:
                 results[broker] = profile(broker, cfg, tasks, pyspy)
     finally:
@@ -299,7 +321,7 @@ def main(brokers: str, tasks: int, admin_url: str, pyspy: bool, output: str, e2e
     console.print(markdown_table(["broker", "step", "tasks/s", "client CPU us/task",
                                   "pool children us/task", "server CPU us/task", "statements/task",
                                   "statement exec us/task", "WAL B/task"], rows))
-    console.print(text)
+    console.print(text, markup=False, emoji=False, highlight=False)  # keys hold ":thread:"
 
 
 if __name__ == "__main__":

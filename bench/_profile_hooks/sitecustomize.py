@@ -35,6 +35,19 @@ def _install(path: str) -> None:
 
         setattr(cls, name, wrapper)
 
+    def timed(cls: Any, name: str) -> None:
+        original = getattr(cls, name)
+        label = f"cpu_us:step:{cls.__name__}.{name}"
+
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                counts[label] += int((time.thread_time() - t0) * 1e6)
+
+        setattr(cls, name, wrapper)
+
     def drained(_: Any, __: Any, notes: Any) -> None:
         counts["listen_drains"] += 1
         counts["notifies_received"] += len(notes)
@@ -58,10 +71,31 @@ def _install(path: str) -> None:
     wrap(Transport, "_on_tick", ticked)
     wrap(Transport, "_start_poll", started)
     wrap(Transport, "_deliver_polled", delivered)
+    from delayq_transport.transport.channel import DelayqChannel
+    from delayq_transport.transport.wakeups import Wakeups
+
+    for cls, name in ((Wakeups, "drain"), (Transport, "_on_tick"), (Transport, "_on_kick"),
+                      (DelayqChannel, "fetch"), (DelayqChannel, "deliver"),
+                      (DelayqChannel, "flush_acks")):
+        timed(cls, name)
+
+    def thread_cpu() -> None:
+        import psutil
+
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        for t in psutil.Process().threads():
+            name = names.get(t.id, "other")
+            counts[f"cpu_us:thread:{name}"] = 0
+        for t in psutil.Process().threads():
+            name = names.get(t.id, "other")
+            counts[f"cpu_us:thread:{name}"] += int((t.user_time + t.system_time) * 1e6)
 
     def dump() -> None:
         while True:
             time.sleep(0.5)
+            if os.getpid() != pid:
+                return
+            thread_cpu()
             tmp = f"{path}.tmp"
             with open(tmp, "w") as fh:
                 json.dump(dict(counts), fh)

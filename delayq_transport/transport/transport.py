@@ -358,7 +358,8 @@ class Transport(virtual.Transport):
         self._finish_poll()
 
     def _on_tick(self) -> None:
-        if not self._consuming() or not self._should_poll():
+        # The loop ticks ~2 times per task under load: a poll in flight is the cheap answer.
+        if self._inflight is not None or not self._consuming() or not self._should_poll():
             return
         if self.wakeups.listener is None:
             self.wakeups.reset()  # LISTEN was lost and could not be re-established yet
