@@ -138,6 +138,30 @@ def _pyspy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+Spies = dict[str, tuple[subprocess.Popen[bytes], Path]]
+
+
+def _start_spies(procs: dict[str, psutil.Process], seconds: float, logdir: Path,
+                 prefix: str) -> Spies:
+    """A py-spy sampler per named process, each writing ``<prefix>-<name>.raw``."""
+    return {name: (_pyspy(proc.pid, seconds, raw), raw)
+            for name, proc in procs.items()
+            for raw in (logdir / f"{prefix}-{name}.raw",)}
+
+
+def _stop_spies(spies: Spies) -> dict[str, Any]:
+    """Stop the samplers (py-spy writes its output on Ctrl-C) and read their hottest functions
+    as ``<name>_top_functions``."""
+    out: dict[str, Any] = {}
+    for spy, _ in spies.values():
+        spy.send_signal(signal.SIGINT)
+    for name, (spy, raw) in spies.items():
+        spy.wait(timeout=60)
+        if raw.exists():
+            out[f"{name}_top_functions"] = _top_functions(raw)
+    return out
+
+
 def _top_functions(raw: Path, limit: int = 30) -> dict[str, Any]:
     """Share of samples per thread, and (function, self %, total %) over all threads."""
     self_n: collections.Counter[str] = collections.Counter()
@@ -191,7 +215,7 @@ def profile(broker: str, cfg: bc.Settings, n: int, pyspy: bool) -> dict[str, Any
             server = ServerCpu(broker, cfg.admin_url)
             pg = PgStats(cfg.admin_url, run.db_url) if run.db_url else None
             c_main, c_kids, t0 = _cpu(main), sum(_cpu(k) for k in kids), time.time()
-            spy = _pyspy(main.pid, 60, cfg.logdir / f"{broker}.raw") if pyspy else None
+            spies = _start_spies({"worker": main}, 60, cfg.logdir, broker) if pyspy else {}
             client = bc._counter(cfg)
             while bc._get_int(client, key) < n and time.time() - t0 < 300:
                 time.sleep(0.02)
@@ -204,11 +228,7 @@ def profile(broker: str, cfg: bc.Settings, n: int, pyspy: bool) -> dict[str, Any
                 "server_cpu_us_per_task": round(server.used() * 1e6 / n)}
             if pg:
                 out["drain"].update(pg.delta(n))
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
-                spy.wait(timeout=60)
-    if pyspy and (cfg.logdir / f"{broker}.raw").exists():
-        out["drain"]["worker_top_functions"] = _top_functions(cfg.logdir / f"{broker}.raw")
+            out["drain"].update(_stop_spies(spies))
     return out
 
 
@@ -240,8 +260,8 @@ def profile_e2e(broker: str, cfg: bc.Settings, n: int, pyspy: bool = False) -> d
             c_prod = sum(_cpu(k) for k in kids_p)
             c_main, c_kids, t0 = _cpu(main), sum(_cpu(k) for k in kids), time.time()
             machine0 = _machine_busy()
-            spies = [_pyspy(p.pid, 120, cfg.logdir / f"{broker}-{name}.raw")
-                     for name, p in (("worker", main), ("producer", kids_p[0]))] if pyspy else []
+            spies = _start_spies({"worker": main, "producer": kids_p[0]}, 120, cfg.logdir,
+                                 broker) if pyspy else {}
             producers.submit(bc._publish, jobs)
             while bc._get_int(client, key) < n and time.time() - t0 < 300:
                 time.sleep(0.02)
@@ -260,13 +280,7 @@ def profile_e2e(broker: str, cfg: bc.Settings, n: int, pyspy: bool = False) -> d
                                  "pool_children_cpu_us_per_task", "server_cpu_us_per_task"))
             if pg:
                 out.update(pg.delta(n))
-            for spy in spies:
-                spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
-                spy.wait(timeout=60)
-            for name in ("worker", "producer") if spies else ():
-                raw = cfg.logdir / f"{broker}-{name}.raw"
-                if raw.exists():
-                    out[f"{name}_top_functions"] = _top_functions(raw)
+            out.update(_stop_spies(spies))
             time.sleep(1.0)
             if counts_path.exists():
                 counts1 = json.loads(counts_path.read_text())

@@ -83,12 +83,12 @@ def _install(path: str) -> None:
         import psutil
 
         names = {t.native_id: t.name for t in threading.enumerate()}
+        per_thread: Counter[str] = Counter()
         for t in psutil.Process().threads():
-            name = names.get(t.id, "other")
-            counts[f"cpu_us:thread:{name}"] = 0
-        for t in psutil.Process().threads():
-            name = names.get(t.id, "other")
-            counts[f"cpu_us:thread:{name}"] += int((t.user_time + t.system_time) * 1e6)
+            per_thread[f"cpu_us:thread:{names.get(t.id, 'other')}"] += int(
+                (t.user_time + t.system_time) * 1e6)
+        for key, value in per_thread.items():  # totals so far, not increments
+            counts[key] = value
 
     def dump() -> None:
         while True:

@@ -33,7 +33,7 @@ class Listener:
         #: still needs the number to unregister it.
         self.fd: int = self._conn.fileno()
         #: What arrived with LISTEN's own reply: psycopg kept it, and drain() reads libpq.
-        self._early = [_parse(n.payload.encode()) for n in self._conn.notifies(timeout=0)]
+        self._early = [_parse(n.payload) for n in self._conn.notifies(timeout=0)]
 
     @property
     def closed(self) -> bool:
@@ -57,7 +57,7 @@ class Listener:
             raise DatabaseUnavailable("LISTEN connection lost: the server closed it")
         out, self._early = self._early, []
         while (note := pgconn.notifies()) is not None:
-            out.append(_parse(note.extra))
+            out.append(_parse(note.extra.decode()))
         return out
 
     def wait(self, timeout: float) -> None:
@@ -71,7 +71,7 @@ class Listener:
         self._conn.close()
 
 
-def _parse(payload: bytes) -> tuple[str, int]:
+def _parse(payload: str) -> tuple[str, int]:
     """``kind:ms`` (the kind may itself contain ``:``)."""
-    kind, _, at = payload.rpartition(b":")
-    return kind.decode(), int(at)
+    kind, _, at = payload.rpartition(":")
+    return kind, int(at)

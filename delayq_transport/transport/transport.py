@@ -358,8 +358,9 @@ class Transport(virtual.Transport):
         self._finish_poll()
 
     def _on_tick(self) -> None:
-        # The loop ticks ~2 times per task under load: a poll in flight is the cheap answer.
-        if self._inflight is not None or not self._consuming() or not self._should_poll():
+        # The loop ticks ~2 times per task under load: _should_poll answers a poll in flight
+        # first, before it looks at any channel (and finds none wanting when none consumes).
+        if not self._should_poll():
             return
         if self.wakeups.listener is None:
             self.wakeups.reset()  # LISTEN was lost and could not be re-established yet
