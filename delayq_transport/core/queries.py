@@ -12,6 +12,7 @@ from importlib.resources import files
 
 from psycopg import sql
 
+from .direct import DirectStatement
 from .errors import InvalidInput
 
 TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
@@ -77,8 +78,17 @@ class Queries:
             if not name.startswith(GRANT_PREFIX)
         }
 
+        self._direct: dict[str, DirectStatement] = {}
+
     def __getitem__(self, name: str) -> str:
         return self._text[name]
+
+    def direct(self, name: str) -> DirectStatement:
+        """The statement run on libpq itself (core/direct.py), made once per table."""
+        statement = self._direct.get(name)
+        if statement is None:
+            statement = self._direct[name] = DirectStatement(name, self._text[name])
+        return statement
 
 
 def grant_statements(block: str, *, table: str, role: str, schema: str) -> list[str]:

@@ -173,11 +173,12 @@ class DelayedQueue:
         lead_ms: int | None,
     ) -> OfferOutcome:
         q = self.queries
+        insert = q.direct("offer_insert")  # once per publish: on libpq itself (core/direct.py)
         cur = cursor_of(conn)
         for _ in range(MAX_CAS_ATTEMPTS):
             too_close = lead_ms is not None and self._too_close(conn, params, lead_ms)
-            if not too_close and (row := cur.execute(q["offer_insert"], params).fetchone()):
-                self._lower(params["kind"], row[0])
+            if not too_close and (at := insert.run(conn, params)) is not None:
+                self._lower(params["kind"], int(at))
                 return OfferOutcome.CREATED
             if not can_update:
                 return OfferOutcome.IGNORED

@@ -17,6 +17,9 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_BINDING_TTL_S = 60.0
 #: After a timer fires and finds nothing (clock skew between host and database), retry soon.
 SKEW_RETRY_S = 0.005
+#: While a channel has a backlog, the LISTEN socket is read this often instead of on every
+#: notification (see Wakeups.deafen).
+BACKLOG_DRAIN_INTERVAL_S = 0.1
 #: How long closing waits for a poll in flight, to give its messages back at once.
 DEFAULT_CLOSE_WAIT_S = 5.0
 #: Celery's broadcast exchange for remote control (``revoke`` of a waiting task deletes it).

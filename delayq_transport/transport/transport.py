@@ -243,6 +243,8 @@ class Transport(virtual.Transport):
                 channel.poll_wanted = True
             else:
                 channel.next_due_ms = None if plan.next_due is None else max(plan.next_due, floor)
+        if self._hub is not None:  # a backlogged channel polls anyway: no read per wake-up
+            self.wakeups.deafen(error is None and any(c.backlog for c in self._consuming()))
         if error is not None:
             raise error
         return delivered

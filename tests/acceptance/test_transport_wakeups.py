@@ -257,3 +257,57 @@ def test_idle_worker_runs_the_async_loop_and_leaves_the_database_alone(
     print(f"idle worker: {after - before} commits in {elapsed:.1f}s = {rate:.2f}/s")
     assert worker.proc.poll() is None
     assert rate < 5, rate
+
+
+def test_a_backlogged_consumer_reads_wakeups_on_a_timer_and_loses_none(
+    kombu_connect: Connect, kombu_db: str, kombu_table: str
+):
+    """While a channel has a backlog the LISTEN socket leaves the event loop and is read every
+    BACKLOG_DRAIN_INTERVAL_S: another channel's wake-up then still arrives (the fallback poll
+    is 30 s), and once the backlog is gone the socket is back and a publish wakes at once."""
+    n, hub = 400, Hub()
+    seen_deaf: list[bool] = []
+    busy_got: list[str] = []
+    other_got: list[float] = []
+    still_busy: list[bool] = []
+    with kombu_connect(polling_interval=SLOW_POLL_S) as conn, \
+            queue_of(kombu_db, kombu_table, "busy") as busy, \
+            queue_of(kombu_db, kombu_table, "other") as other:
+        conn.connect()  # creates this test's table
+        wakeups = conn.transport.wakeups
+
+        def on_busy(body: Any, message: kombu.Message) -> None:
+            seen_deaf.append(wakeups.deaf and wakeups.listener.fd not in hub.readers)
+            busy_got.append(body[0][0])
+            time.sleep(0.005)  # the backlog lasts ~2 s
+            message.ack()
+
+        def on_other(body: Any, message: kombu.Message) -> None:
+            other_got.append(time.time())
+            still_busy.append(wakeups.deaf and len(busy_got) < n)
+            message.ack()
+
+        busy.offer_batch([(f"b{i}", msg.encode(msg.task_message(
+            "t.wake", [f"b{i}"], task_id=f"b{i}", queue="busy")), None) for i in range(n)])
+        conn.register_with_event_loop(hub)
+        with kombu.Consumer(conn, [kombu.Queue("busy", routing_key="busy")],
+                            callbacks=[on_busy], prefetch_count=4), \
+                kombu.Consumer(conn.channel(), [kombu.Queue("other", routing_key="other")],
+                               callbacks=[on_other]):
+            run_hub(hub, lambda: len(busy_got) >= 20, 10)
+            assert wakeups.deaf, "20 deliveries into a backlog of 400 and still reading each"
+            sent = offer_task(other, "while-busy")
+            run_hub(hub, lambda: bool(other_got), 5)
+            run_hub(hub, lambda: len(busy_got) >= n, 20)
+            run_hub(hub, lambda: not wakeups.deaf, 5)
+            assert wakeups.listener.fd in hub.readers
+            after = offer_task(busy, "after-backlog")
+            run_hub(hub, lambda: len(busy_got) > n, 5)
+        hub.close()
+    assert other_got and other_got[0] - sent < 1.0, "the timer read never handed it out"
+    assert still_busy == [True], "handed out only once the backlog was gone"
+    assert sorted(busy_got[:n]) == sorted(f"b{i}" for i in range(n))  # each once
+    assert busy_got[n:] == ["after-backlog"]
+    assert any(seen_deaf), "never read on the timer"
+    # The timer read is the only way in while deaf; the last message woke the consumer itself.
+    assert time.time() - after < 5

@@ -1,0 +1,112 @@
+"""One hot statement run on libpq itself, past psycopg's cursor: the per-publish insert.
+
+Every publish runs ``offer_insert`` once. Through a reused psycopg cursor, a statement pays
+for query conversion, adaptation, a generator-driven wait and result loading; prepared once
+per connection and run with libpq's ``PQexecPrepared`` (psycopg's ``PGconn.exec_prepared``,
+which releases the GIL while it waits) it pays for little more than the round trip. A whole
+``offer(durable=False)`` went from 79-80 to 53-56 us of the producer's CPU, the server's share
+unchanged (``bench/profile_publish.py``, issue 11); a Celery producer spends ~450 us per task.
+
+The boundary stays narrow: the statement text still comes from queries.sql, its ``%(name)s``
+placeholders become ``$n`` here, values are still bound parameters (text format, bytea in
+binary), and errors become psycopg's own exceptions, so :func:`~.db.translate` and the retry
+loop of :meth:`~.db.Database.run` treat them exactly as before. Only statements whose values
+are ``str``, ``int``, ``bytes`` or ``None`` belong here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)([sb])")
+#: SQLSTATE of "prepared statement does not exist" (a ``DISCARD ALL`` by someone else).
+_NO_SUCH_STATEMENT = b"26000"
+_OK = (ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK)
+
+
+class DirectStatement:
+    """A named statement prepared once per connection and executed by libpq.
+
+    ``run`` returns the first column of the first row as text (``None`` for no row), which
+    is all the per-publish insert returns (its row's ``scheduledAt``).
+    """
+
+    def __init__(self, name: str, query: str) -> None:
+        names: list[str] = []
+        binary: dict[str, bool] = {}
+
+        def positional(match: re.Match[str]) -> str:
+            name, fmt = match.group(1), match.group(2)
+            if name not in binary:
+                names.append(name)
+                binary[name] = fmt == "b"
+            elif binary[name] != (fmt == "b"):
+                raise ValueError(f"{name} is bound both as text and as binary in {query!r}")
+            return f"${names.index(name) + 1}"
+
+        text = _PLACEHOLDER.sub(positional, query)
+        if "%" in text.replace("%%", ""):
+            raise ValueError(f"statement {name!r} has a placeholder other than %(name)s/b")
+        self.sql = text.replace("%%", "%").encode()
+        # Named after the text too: queues of two tables may share a connection.
+        self.name = f"delayq_{name}_{hashlib.sha1(self.sql).hexdigest()[:12]}".encode()
+        self.names = tuple(names)
+        self.formats = [1 if binary[n] else 0 for n in names]
+
+    def run(self, conn: psycopg.Connection[Any], params: Mapping[str, Any]) -> bytes | None:
+        """Execute on ``conn`` (idle, autocommit); raise psycopg's exception on failure."""
+        state: _ConnState | None = getattr(conn, "_delayq_direct", None)
+        if state is None:
+            state = conn._delayq_direct = _ConnState(conn.info.encoding)  # type: ignore[attr-defined]
+        encoding = state.encoding
+        # None is SQL NULL to libpq; psycopg's type hint leaves it out.
+        values: list[Any] = [_encode(params[n], encoding) for n in self.names]
+        if self.name not in state.prepared:
+            self._prepare(conn)
+            state.prepared.add(self.name)
+        result = conn.pgconn.exec_prepared(self.name, values, self.formats)
+        if (result.status not in _OK
+                and result.error_field(DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT):
+            self._prepare(conn)  # discarded behind our back: prepare again, once
+            result = conn.pgconn.exec_prepared(self.name, values, self.formats)
+        _check(conn, result)
+        return result.get_value(0, 0) if result.ntuples else None
+
+    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
+        _check(conn, conn.pgconn.prepare(self.name, self.sql, None))
+
+
+class _ConnState:
+    """What a connection has prepared, and its client encoding (read once: it is a lookup)."""
+
+    __slots__ = ("encoding", "prepared")
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self.prepared: set[bytes] = set()
+
+
+def _encode(value: Any, encoding: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode(encoding)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return b"%d" % value
+    raise TypeError(f"direct statements bind str, int, bytes or None, not {type(value).__name__}")
+
+
+def _check(conn: psycopg.Connection[Any], result: Any) -> None:
+    if result.status in _OK:
+        return
+    if conn.pgconn.status == ConnStatus.BAD:
+        message = conn.pgconn.error_message.decode(errors="replace").strip()
+        raise psycopg.OperationalError(f"connection lost: {message}")
+    raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
