@@ -221,6 +221,7 @@ def _producer_init(env: dict[str, str], barrier: Any) -> None:
     global _APP
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates us
     os.environ.update(env)
+    os.nice(int(os.environ.get("BENCH_PRODUCER_NICE", "0")))  # --producer-nice
     celery_bench_app.configure()
     _APP = celery_bench_app.app
     with _APP.producer_or_acquire() as producer:
@@ -1057,11 +1058,20 @@ Notes:
 @click.option("--redis-db", default=11, show_default=True, help="Redis db used as the broker.")
 @click.option("--counter-db", default=12, show_default=True, help="Redis db for the counters.")
 @click.option("--producers", default=2, show_default=True, help="Producer processes.")
+@click.option("--producer-nice", default=0, show_default=True,
+              help="Niceness of the producer processes (every broker alike): a diagnostic of "
+                   "how much the end-to-end figure depends on the CPU share producers take "
+                   "from the worker on a small machine. The recorded runs use 0.")
 @click.option("--no-write", is_flag=True,
               help="Only print the table: no results file, plots or docs (smoke runs).")
 def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int,
-         counter_db: int, producers: int, no_write: bool) -> None:
+         counter_db: int, producers: int, producer_nice: int, no_write: bool) -> None:
     """Benchmark Celery on delayq, Redis, RabbitMQ and kombu's SQLAlchemy transport."""
+    if producer_nice:
+        if not no_write:
+            raise click.BadParameter("a diagnostic: use it with --no-write",
+                                     param_hint="--producer-nice")
+        os.environ["BENCH_PRODUCER_NICE"] = str(producer_nice)
     phases = _choices(only, PHASES, "--only")
     brokers = _choices(brokers_opt, BROKERS + VARIANTS, "--brokers")
     if redis_db == counter_db:
