@@ -1,30 +1,38 @@
-"""One hot statement run on libpq itself, past psycopg's cursor: the per-publish insert.
+"""Hot statements run on libpq itself, past psycopg's cursor: the publish and the poll.
 
-Every publish runs ``offer_insert`` once. Through a reused psycopg cursor, a statement pays
-for query conversion, adaptation, a generator-driven wait and result loading; prepared once
-per connection and run with libpq's ``PQexecPrepared`` (psycopg's ``PGconn.exec_prepared``,
-which releases the GIL while it waits) it pays for little more than the round trip. A whole
-``offer(durable=False)`` went from 79-80 to 53-56 us of the producer's CPU, the server's share
-unchanged (``bench/profile_publish.py``, issue 11); a Celery producer spends ~450 us per task.
+Every publish runs ``offer_insert`` once, every poll ``try_poll_many``. Through a reused psycopg
+cursor a statement pays for query conversion, adaptation (arrays are costly), a
+generator-driven wait and result loading; prepared once per connection and run with libpq's
+``PQexecPrepared`` (psycopg's ``PGconn.exec_prepared``, which releases the GIL while it waits)
+it pays for little more than the round trip. A whole ``offer(durable=False)`` went from 79-80
+to 53-56 us of the producer's CPU, the server's share unchanged (``bench/profile_publish.py``);
+a poll of 5 rows from ~240 to ~150 us of the consumer's (issue 11).
 
 The boundary stays narrow: the statement text still comes from queries.sql, its ``%(name)s``
 placeholders become ``$n`` here, values are still bound parameters (text format, bytea in
 binary), and errors become psycopg's own exceptions, so :func:`~.db.translate` and the retry
-loop of :meth:`~.db.Database.run` treat them exactly as before. Only statements whose values
-are ``str``, ``int``, ``bytes`` or ``None`` belong here.
+loop of :meth:`~.db.Database.run` treat them exactly as before. Values are ``str``, ``int``,
+``bool``, ``bytes`` (binary), ``None`` or lists of ``str``/``int``/``None`` (array literals);
+results are read in text format, column by column (``INT``, ``TEXT``, ``BYTEA``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus
+from psycopg.pq import ConnStatus, DiagnosticField, Escaping, ExecStatus
 
+#: How ``rows`` reads each column of a text-format result.
+Column = object
+INT: Column = object()
+TEXT: Column = object()
+BYTEA: Column = object()
+_ESCAPING = Escaping()
 _PLACEHOLDER = re.compile(r"%\((\w+)\)([sb])")
 #: SQLSTATE of "prepared statement does not exist" (a ``DISCARD ALL`` by someone else).
 _NO_SUCH_STATEMENT = b"26000"
@@ -60,8 +68,9 @@ class DirectStatement:
         self.names = tuple(names)
         self.formats = [1 if binary[n] else 0 for n in names]
 
-    def run(self, conn: psycopg.Connection[Any], params: Mapping[str, Any]) -> bytes | None:
-        """Execute on ``conn`` (idle, autocommit); raise psycopg's exception on failure."""
+    def run(self, conn: psycopg.Connection[Any], params: Mapping[str, Any]) -> Any:
+        """Execute on ``conn`` (idle, autocommit) and return libpq's result (text format);
+        raise psycopg's exception on failure."""
         state: _ConnState | None = getattr(conn, "_delayq_direct", None)
         if state is None:
             state = conn._delayq_direct = _ConnState(conn.info.encoding)  # type: ignore[attr-defined]
@@ -77,7 +86,23 @@ class DirectStatement:
             self._prepare(conn)  # discarded behind our back: prepare again, once
             result = conn.pgconn.exec_prepared(self.name, values, self.formats)
         _check(conn, result)
+        return result
+
+    def first(self, conn: psycopg.Connection[Any], params: Mapping[str, Any]) -> bytes | None:
+        """The first column of the first row, as text (None: no row, or NULL)."""
+        result = self.run(conn, params)
         return result.get_value(0, 0) if result.ntuples else None
+
+    def rows(self, conn: psycopg.Connection[Any], params: Mapping[str, Any],
+             columns: Sequence[Column]) -> list[tuple[Any, ...]]:
+        """Every row, each column read by its ``columns`` entry (``INT``, ``TEXT``, ``BYTEA``)."""
+        result = self.run(conn, params)
+        encoding: str = conn._delayq_direct.encoding  # type: ignore[attr-defined]
+        get = result.get_value
+        read = [_reader(column, encoding) for column in columns]
+        return [tuple([None if (value := get(i, j)) is None else reader(value)
+                       for j, reader in enumerate(read)])
+                for i in range(result.ntuples)]
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         _check(conn, conn.pgconn.prepare(self.name, self.sql, None))
@@ -93,14 +118,38 @@ class _ConnState:
         self.prepared: set[bytes] = set()
 
 
+def _reader(column: Column, encoding: str) -> Callable[[bytes], Any]:
+    if column is INT:
+        return int
+    if column is TEXT:
+        return lambda value: value.decode(encoding)
+    return _ESCAPING.unescape_bytea
+
+
 def _encode(value: Any, encoding: str) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode(encoding)
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, int):
+        return b"%d" % value
+    if isinstance(value, list):  # an array literal: {"a","b\"c"}, {1,NULL}
+        return b"{%s}" % b",".join(_element(v, encoding) for v in value)
+    raise TypeError("direct statements bind str, int, bool, bytes, None or lists of str/int, "
+                    f"not {type(value).__name__}")
+
+
+def _element(value: Any, encoding: str) -> bytes:
+    if value is None:
+        return b"NULL"
     if isinstance(value, int) and not isinstance(value, bool):
         return b"%d" % value
-    raise TypeError(f"direct statements bind str, int, bytes or None, not {type(value).__name__}")
+    if isinstance(value, str):
+        quoted = value.replace("\\", "\\\\").replace('"', '\\"')
+        return b'"%s"' % quoted.encode(encoding)
+    raise TypeError(f"array elements must be str, int or None, not {type(value).__name__}")
 
 
 def _check(conn: psycopg.Connection[Any], result: Any) -> None:

@@ -17,6 +17,7 @@ import psycopg
 
 from .counts import COUNT_CAP, capped_status, count_due
 from .db import Database, as_arrays, cursor_of
+from .direct import BYTEA, INT, TEXT
 from .errors import DatabaseError, InvalidInput
 from .queries import Queries
 from .schema import ensure_schema as ensure_current_schema
@@ -36,6 +37,9 @@ DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 OFFER_BATCH_CHUNK = 1000
 #: A CAS loop that keeps losing is a bug or a pathological hot key, not something to spin on.
 MAX_CAS_ATTEMPTS = 100
+#: try_poll_many's columns: id, pKey, pKind, payload, previous_at, scheduledAtInitially,
+#: createdAt, ord, next_due, polled_at.
+POLL_COLUMNS = (INT, TEXT, TEXT, BYTEA, INT, INT, INT, INT, INT, INT)
 
 Clock = Callable[[], datetime]
 
@@ -177,7 +181,7 @@ class DelayedQueue:
         cur = cursor_of(conn)
         for _ in range(MAX_CAS_ATTEMPTS):
             too_close = lead_ms is not None and self._too_close(conn, params, lead_ms)
-            if not too_close and (at := insert.run(conn, params)) is not None:
+            if not too_close and (at := insert.first(conn, params)) is not None:
                 self._lower(params["kind"], int(at))
                 return OfferOutcome.CREATED
             if not can_update:
@@ -302,8 +306,13 @@ class DelayedQueue:
             "lease_ms": self.lease_ms,
             "now": self._now_ms(),
         }
+        statement = self.queries.direct("try_poll_many")  # on libpq itself: core/direct.py
+
+        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            return statement.rows(conn, params, POLL_COLUMNS)
+
         try:
-            rows = self.db.fetchall(self.queries["try_poll_many"], params, relaxed=self.relaxed)
+            rows = self.db.run(work, relaxed=self.relaxed)
         except BaseException:
             if ticket is not None:
                 marks.abort(ticket)  # type: ignore[union-attr]
@@ -321,7 +330,7 @@ class DelayedQueue:
         rows.sort(key=lambda r: (r[7], r[4], r[0]))
         ack = self.ack
         envelopes = [
-            Envelope(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], lock, r[4] > r[5], ack)
+            Envelope(r[0], r[1], r[2], r[3], r[4], r[5], r[6], lock, r[4] > r[5], ack)
             for r in rows
         ]
         return envelopes, next_due

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import re
 import uuid
+
+from delayq_transport.core.direct import DirectStatement
 
 
 def as_prepared(query: str) -> tuple[str, str, list[str]]:
     """``query`` with its ``%(name)s`` parameters turned into ``$n`` (each name once, in order
-    of first use), a fresh statement name, and the parameter names in ``$n`` order."""
-    names: list[str] = []
-
-    def placeholder(m: re.Match[str]) -> str:
-        if m.group(1) not in names:
-            names.append(m.group(1))
-        return f"${names.index(m.group(1)) + 1}"
-
-    prepared = re.sub(r"%\((\w+)\)[sb]", placeholder, query)
-    return prepared, f"p_{uuid.uuid4().hex[:8]}", names
+    of first use), a fresh statement name, and the parameter names in ``$n`` order: the form
+    delayq's hot statements are prepared in (core/direct.py)."""
+    statement = DirectStatement("plan", query)
+    return statement.sql.decode(), f"p_{uuid.uuid4().hex[:8]}", list(statement.names)

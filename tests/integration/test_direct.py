@@ -8,6 +8,7 @@ as they were sent.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +16,7 @@ import psycopg
 import pytest
 
 from delayq_transport import DelayedQueue, OfferOutcome
-from delayq_transport.core.direct import DirectStatement
+from delayq_transport.core.direct import BYTEA, INT, TEXT, DirectStatement
 from delayq_transport.core.errors import SchemaMissing
 
 CREATED = OfferOutcome.CREATED
@@ -85,3 +86,21 @@ def test_placeholders_become_positional_once_per_name():
         DirectStatement("t", "SELECT %(a)s, %(a)b")
     with pytest.raises(ValueError, match="placeholder"):
         DirectStatement("t", "SELECT %s")
+
+
+def test_arrays_flags_and_nulls_bind_as_sent(queue: DelayedQueue):
+    """The poll binds its kinds and floors as array literals: quoting must survive every
+    character a queue name may hold."""
+    kinds = ["plain", 'quo"te', "back\\slash", "é:ü 🙂", "", "{brace},comma", "NULL"]
+    stmt = DirectStatement("echo", """
+        SELECT cardinality(%(kinds)s::text[]), array_to_json(%(kinds)s::text[])::text,
+               array_to_json(%(lows)s::bigint[])::text, %(flag)s::boolean::text,
+               %(nothing)s::bigint, %(blob)b::bytea""")
+    with queue.db.pool.connection() as conn:
+        [row] = stmt.rows(conn, {"kinds": kinds, "lows": [None, -5, 2**62], "flag": False,
+                                 "nothing": None, "blob": b"\x00\xff"},
+                          (INT, TEXT, TEXT, TEXT, INT, BYTEA))
+    assert row[0] == len(kinds)
+    assert json.loads(row[1]) == kinds
+    assert json.loads(row[2]) == [None, -5, 2**62]
+    assert row[3:] == ("false", None, b"\x00\xff")
