@@ -13,26 +13,22 @@ placeholders become ``$n`` here, values are still bound parameters (text format,
 binary), and errors become psycopg's own exceptions, so :func:`~.db.translate` and the retry
 loop of :meth:`~.db.Database.run` treat them exactly as before. Values are ``str``, ``int``,
 ``bool``, ``bytes`` (binary), ``None`` or lists of ``str``/``int``/``None`` (array literals);
-results are read in text format, column by column (``INT``, ``TEXT``, ``BYTEA``).
+results come back in text format and are loaded by psycopg's own loaders (``rows``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
+from psycopg import abc
 from psycopg import errors as pg_errors
-from psycopg.pq import ConnStatus, DiagnosticField, Escaping, ExecStatus
+from psycopg.adapt import Transformer
+from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus
 
-#: How ``rows`` reads each column of a text-format result.
-Column = object
-INT: Column = object()
-TEXT: Column = object()
-BYTEA: Column = object()
-_ESCAPING = Escaping()
 _PLACEHOLDER = re.compile(r"%\((\w+)\)([sb])")
 #: SQLSTATE of "prepared statement does not exist" (a ``DISCARD ALL`` by someone else).
 _NO_SUCH_STATEMENT = b"26000"
@@ -73,7 +69,7 @@ class DirectStatement:
         raise psycopg's exception on failure."""
         state: _ConnState | None = getattr(conn, "_delayq_direct", None)
         if state is None:
-            state = conn._delayq_direct = _ConnState(conn.info.encoding)  # type: ignore[attr-defined]
+            state = conn._delayq_direct = _ConnState(conn)  # type: ignore[attr-defined]
         encoding = state.encoding
         # None is SQL NULL to libpq; psycopg's type hint leaves it out.
         values: list[Any] = [_encode(params[n], encoding) for n in self.names]
@@ -93,37 +89,28 @@ class DirectStatement:
         result = self.run(conn, params)
         return result.get_value(0, 0) if result.ntuples else None
 
-    def rows(self, conn: psycopg.Connection[Any], params: Mapping[str, Any],
-             columns: Sequence[Column]) -> list[tuple[Any, ...]]:
-        """Every row, each column read by its ``columns`` entry (``INT``, ``TEXT``, ``BYTEA``)."""
+    def rows(self, conn: psycopg.Connection[Any],
+             params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """Every row, loaded by psycopg's own (C) loaders from the columns' types."""
         result = self.run(conn, params)
-        encoding: str = conn._delayq_direct.encoding  # type: ignore[attr-defined]
-        get = result.get_value
-        read = [_reader(column, encoding) for column in columns]
-        return [tuple([None if (value := get(i, j)) is None else reader(value)
-                       for j, reader in enumerate(read)])
-                for i in range(result.ntuples)]
+        loader: abc.Transformer = conn._delayq_direct.loader  # type: ignore[attr-defined]
+        loader.set_pgresult(result)
+        return loader.load_rows(0, result.ntuples, tuple)
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         _check(conn, conn.pgconn.prepare(self.name, self.sql, None))
 
 
 class _ConnState:
-    """What a connection has prepared, and its client encoding (read once: it is a lookup)."""
+    """What a connection has prepared, its client encoding (read once: it is a lookup), and
+    the loader of its results."""
 
-    __slots__ = ("encoding", "prepared")
+    __slots__ = ("encoding", "loader", "prepared")
 
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.encoding = conn.info.encoding
+        self.loader: abc.Transformer = Transformer(conn)
         self.prepared: set[bytes] = set()
-
-
-def _reader(column: Column, encoding: str) -> Callable[[bytes], Any]:
-    if column is INT:
-        return int
-    if column is TEXT:
-        return lambda value: value.decode(encoding)
-    return _ESCAPING.unescape_bytea
 
 
 def _encode(value: Any, encoding: str) -> bytes | None:

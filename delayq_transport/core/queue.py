@@ -17,7 +17,6 @@ import psycopg
 
 from .counts import COUNT_CAP, capped_status, count_due
 from .db import Database, as_arrays, cursor_of
-from .direct import BYTEA, INT, TEXT
 from .errors import DatabaseError, InvalidInput
 from .queries import Queries
 from .schema import ensure_schema as ensure_current_schema
@@ -37,9 +36,6 @@ DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 OFFER_BATCH_CHUNK = 1000
 #: A CAS loop that keeps losing is a bug or a pathological hot key, not something to spin on.
 MAX_CAS_ATTEMPTS = 100
-#: try_poll_many's columns: id, pKey, pKind, payload, previous_at, scheduledAtInitially,
-#: createdAt, ord, next_due, polled_at.
-POLL_COLUMNS = (INT, TEXT, TEXT, BYTEA, INT, INT, INT, INT, INT, INT)
 
 Clock = Callable[[], datetime]
 
@@ -309,7 +305,7 @@ class DelayedQueue:
         statement = self.queries.direct("try_poll_many")  # on libpq itself: core/direct.py
 
         def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return statement.rows(conn, params, POLL_COLUMNS)
+            return statement.rows(conn, params)
 
         try:
             rows = self.db.run(work, relaxed=self.relaxed)
@@ -330,7 +326,7 @@ class DelayedQueue:
         rows.sort(key=lambda r: (r[7], r[4], r[0]))
         ack = self.ack
         envelopes = [
-            Envelope(r[0], r[1], r[2], r[3], r[4], r[5], r[6], lock, r[4] > r[5], ack)
+            Envelope(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], lock, r[4] > r[5], ack)
             for r in rows
         ]
         return envelopes, next_due

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from delayq_transport import DelayedQueue, OfferOutcome
-from delayq_transport.core.direct import BYTEA, INT, TEXT, DirectStatement
+from delayq_transport.core.direct import DirectStatement
 from delayq_transport.core.errors import SchemaMissing
 
 CREATED = OfferOutcome.CREATED
@@ -98,8 +98,7 @@ def test_arrays_flags_and_nulls_bind_as_sent(queue: DelayedQueue):
                %(nothing)s::bigint, %(blob)b::bytea""")
     with queue.db.pool.connection() as conn:
         [row] = stmt.rows(conn, {"kinds": kinds, "lows": [None, -5, 2**62], "flag": False,
-                                 "nothing": None, "blob": b"\x00\xff"},
-                          (INT, TEXT, TEXT, TEXT, INT, BYTEA))
+                                 "nothing": None, "blob": b"\x00\xff"})
     assert row[0] == len(kinds)
     assert json.loads(row[1]) == kinds
     assert json.loads(row[2]) == [None, -5, 2**62]
