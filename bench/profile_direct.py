@@ -12,6 +12,8 @@ CPU (``process_time``) of
 
 The cursor side times the statement alone, the shipped side the whole call (validation, pool,
 watermark, envelopes included), so the saving shown is a lower bound. Rounds alternate; medians.
+To compare whole calls across revisions, run it with ``PYTHONPATH`` pointing at each checkout
+(``*_shipped_us`` is then that revision's ``offer``/``poll``).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def main(offers: int, polls: int, rounds: int, admin_url: str) -> None:
         _polls(q, 50, True), _polls(q, 50, False)
         for _ in range(rounds):
             for shipped in (True, False):
-                side = "direct" if shipped else "cursor"
+                side = "shipped" if shipped else "cursor"
                 samples.setdefault(f"offer_{side}_us", []).append(_offers(q, offers, shipped))
                 samples.setdefault(f"poll5_{side}_us", []).append(_polls(q, polls, shipped))
             console.print({k: round(v[-1], 1) for k, v in samples.items()})

@@ -4,9 +4,10 @@ Every publish runs ``offer_insert`` once, every poll ``try_poll_many``. Through 
 cursor a statement pays for query conversion, adaptation (arrays are costly), a
 generator-driven wait and result loading; prepared once per connection and run with libpq's
 ``PQexecPrepared`` (psycopg's ``PGconn.exec_prepared``, which releases the GIL while it waits)
-it pays for little more than the round trip. A whole ``offer(durable=False)`` went from 79-80
-to 53-56 us of the producer's CPU, the server's share unchanged (``bench/profile_publish.py``);
-a poll of 5 rows from ~240 to ~150 us of the consumer's (issue 11).
+it pays for little more than the round trip. Client CPU of a whole call, this revision against
+the one before (``bench/profile_direct.py`` run with each on ``PYTHONPATH``, alternately):
+``offer(durable=False)`` 66 -> 43 us, a poll of 5 rows 192 -> 131 us (issue 11); the server's
+share is unchanged (``bench/profile_publish.py``).
 
 The boundary stays narrow: the statement text still comes from queries.sql, its ``%(name)s``
 placeholders become ``$n`` here, values are still bound parameters (text format, bytea in
