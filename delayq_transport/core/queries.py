@@ -77,7 +77,6 @@ class Queries:
             for name, text in raw_queries().items()
             if not name.startswith(GRANT_PREFIX)
         }
-
         self._direct: dict[str, DirectStatement] = {}
 
     def __getitem__(self, name: str) -> str:
