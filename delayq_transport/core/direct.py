@@ -37,11 +37,8 @@ _OK = (ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK)
 
 
 class DirectStatement:
-    """A named statement prepared once per connection and executed by libpq.
-
-    ``run`` returns the first column of the first row as text (``None`` for no row), which
-    is all the per-publish insert returns (its row's ``scheduledAt``).
-    """
+    """A named statement prepared once per connection and executed by libpq: ``first`` for
+    the publish (its row's ``scheduledAt``, as text), ``rows`` for the poll."""
 
     def __init__(self, name: str, query: str) -> None:
         names: list[str] = []

@@ -174,7 +174,6 @@ class DelayedQueue:
     ) -> OfferOutcome:
         q = self.queries
         insert = q.direct("offer_insert")  # once per publish: on libpq itself (core/direct.py)
-        cur = cursor_of(conn)
         for _ in range(MAX_CAS_ATTEMPTS):
             too_close = lead_ms is not None and self._too_close(conn, params, lead_ms)
             if not too_close and (at := insert.first(conn, params)) is not None:
@@ -182,6 +181,7 @@ class DelayedQueue:
                 return OfferOutcome.CREATED
             if not can_update:
                 return OfferOutcome.IGNORED
+            cur = cursor_of(conn)  # the rare replace path only: a publish needs no cursor
             with conn.transaction():
                 row = cur.execute(q["offer_select_for_update"], params).fetchone()
                 if row is None:
