@@ -15,6 +15,7 @@ a Celery worker is ``bench/bench_scale.py`` (docs/scale.md, section 4).
 from __future__ import annotations
 
 import statistics
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -38,7 +39,8 @@ LOAD = f"""
 """
 #: Index descents per operation that one more b-tree level may add to (a poll of 4 updates
 #: 4 rows, each a new entry in each of the 4 indexes, plus its scan): the allowed growth.
-DESCENTS = {"publish": 4, "poll": 4 * 4 + 2, "ack": 2, "extend_lease": 4 * 4 + 1}
+DESCENTS = {"publish": 4, "poll": 4 * 4 + 2, "ack": 2, "extend_lease": 4 * 4 + 1,
+            "short_poll": 2 * 4 + 2, "probe": 1}
 
 
 def _blocks(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> int:
@@ -67,6 +69,16 @@ def _round(conn: psycopg.Connection[Any], q: Queries) -> dict[str, int]:
                                   {"now": None, "locks": [lock], "lease_ms": 60_000})
     out["ack"] = _blocks(conn, q["ack"], {"id": ids[0], "lock": lock})
     conn.execute(q["ack_lock"], {"lock": lock})
+    # A short poll (fewer due rows than asked, the usual case at a steady load) and a probe
+    # that finds nothing below its floor must stop at their upper bound, not at the kind's end.
+    for _ in range(2):
+        conn.execute(q["offer_insert"], {**base, "key": str(uuid.uuid4())})
+    short = {**poll, "limit": 8, "lock": str(uuid.uuid4()), "want_next": False}
+    out["short_poll"] = _blocks(conn, q["try_poll_many"], short)
+    conn.execute(q["ack_lock"], {"lock": short["lock"]})
+    floor = int(time.time() * 1000)
+    out["probe"] = _blocks(conn, q["probe_below_watermark"],
+                           {"now": None, "kinds": [KIND], "starts": [None], "floors": [floor]})
     return out
 
 
