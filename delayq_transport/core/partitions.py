@@ -31,15 +31,16 @@ def dead_letter(
     Matched on (id, lock) like an ack: a delivery whose lease was lost is not moved.
     ``payloads`` (one per delivery, None keeps the stored one) record the final message.
     """
-    ids, locks = queue._pairs(deliveries)
-    if not ids:
-        return 0
-    payloads = list(payloads) if payloads is not None else [None] * len(ids)
-    if len(payloads) != len(ids):
+    deliveries = list(deliveries)
+    if payloads is not None and len(payloads) != len(deliveries):
         raise InvalidInput("dead_letter: one payload (or None) per delivery")
-    params = {"ids": ids, "locks": locks, "payloads": payloads, "to_kind": validate_kind(to_kind),
-              "retention_ms": duration_ms(retention, what="retention"), "now": queue._now_ms()}
-    return queue.db.execute(queue.queries["dead_letter"], params, relaxed=queue.relaxed)
+    to_kind, retention_ms = validate_kind(to_kind), duration_ms(retention, what="retention")
+    moved = 0
+    for params in queue._by_pair(deliveries, payloads or [None] * len(deliveries)):
+        params.update(payloads=params.pop("extra"), to_kind=to_kind, retention_ms=retention_ms,
+                      now=queue._now_ms())
+        moved += queue.db.execute(queue.queries["dead_letter"], params, relaxed=queue.relaxed)
+    return moved
 
 
 def expire(queue: DelayedQueue, kinds: Sequence[str]) -> int:

@@ -337,11 +337,8 @@ class DelayedQueue:
 
     def ack_many(self, deliveries: Iterable[Envelope | tuple[int, str]]) -> int:
         """Delete many deliveries in one statement; each matches only its own (id, lock)."""
-        ids, locks = self._pairs(deliveries)
-        if not ids:
-            return 0
-        params = {"ids": ids, "locks": locks}
-        return self.db.execute(self.queries["ack_many"], params, relaxed=self.relaxed)
+        return sum(self.db.execute(self.queries["ack_many"], params, relaxed=self.relaxed)
+                   for params in self._by_pair(deliveries))
 
     def ack_lock(self, lock: str) -> int:
         """Delete every row still held under ``lock`` (all of one poll)."""
@@ -360,15 +357,14 @@ class DelayedQueue:
         self, deliveries: Iterable[Envelope | tuple[int, str]], delay: timedelta | float = 0
     ) -> int:
         """Un-acquire in place: the rows become due again (after ``delay``), no copy is made."""
-        ids, locks = self._pairs(deliveries)
-        if not ids:
-            return 0
-        params = {"ids": ids, "locks": locks, "delay_ms": duration_ms(delay, what="delay"),
-                  "now": self._now_ms()}
-        rows = self.db.fetchall(self.queries["release"], params, relaxed=self.relaxed)
-        for kind, at in rows:
-            self._lower(kind, at)
-        return len(rows)
+        delay_ms, released = duration_ms(delay, what="delay"), 0
+        for params in self._by_pair(deliveries):
+            params.update(delay_ms=delay_ms, now=self._now_ms())
+            rows = self.db.fetchall(self.queries["release"], params, relaxed=self.relaxed)
+            for kind, at in rows:
+                self._lower(kind, at)
+            released += len(rows)
+        return released
 
     # -- low watermark ----------------------------------------------------------------
 
@@ -395,11 +391,35 @@ class DelayedQueue:
             self.watermarks.reset()
 
     @staticmethod
-    def _pairs(deliveries: Iterable[Envelope | tuple[int, str]]) -> tuple[list[int], list[str]]:
+    def _by_pair(deliveries: Iterable[Envelope | tuple[int, str]],
+                 extra: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        """Parameters of the statements matched on (id, lock): ack_many, release, dead_letter.
+
+        They find each row's own lock by the position of its id (``array_position``: a join
+        on the pairs made the planner compare every row with every pair), so one call holds
+        an id once. A repeated id (the same row delivered twice, both deliveries in one batch)
+        goes to a later call: only one of its locks can still match. ``extra`` (one value per
+        delivery, e.g. dead_letter's payloads) follows its pair as ``extra``.
+        """
         pairs = [(d.id, d.lock) if isinstance(d, Envelope) else (int(d[0]), str(d[1]))
                  for d in deliveries]
-        ids, locks = as_arrays(pairs, 2) if pairs else ([], [])
-        return ids, locks
+        values = [None] * len(pairs) if extra is None else list(extra)
+        calls: list[tuple[set[int], list[tuple[int, str, Any]]]] = []
+        for (id_, lock), value in zip(pairs, values, strict=True):
+            call = next((c for c in calls if id_ not in c[0]), None)
+            if call is None:
+                call = (set(), [])
+                calls.append(call)
+            call[0].add(id_)
+            call[1].append((id_, lock, value))
+        out = []
+        for _, rows in calls:
+            ids, locks, extras = as_arrays(rows, 3)
+            params = {"ids": ids, "locks": locks, "lock_set": sorted(set(locks))}
+            if extra is not None:
+                params["extra"] = extras
+            out.append(params)
+        return out
 
     # -- inspection and maintenance ---------------------------------------------------
 

@@ -49,7 +49,7 @@ PARAMS: dict[str, Any] = {
     "kinds": ["test", "other"], "lows": [None, 1000], "starts": [None, 500],
     "floors": [2000, 1000], "want_next": True,
     "limit": 8, "lock": "L", "lease_ms": 60_000, "now": None, "id": 5, "ids": [1, 2, 3],
-    "locks": ["a", "b", "c"],
+    "locks": ["a", "b", "c"], "lock_set": ["a", "b", "c"],
     "delay_ms": 0, "key": "k5", "kind": "test", "payload": b"x", "scheduled_at": None,
     "expected_initially": 0, "expected_created": 0, "keys": ["n1", "k7"],
     "payloads": [b"x", b"y"], "ats": [1, 2], "min_lead_ms": None,

@@ -248,6 +248,26 @@ def test_ack_many_matches_each_id_with_its_own_lock(cq: DelayedQueue, clock: Fak
     assert all(cq.get(e.key).lock == e.lock for e in (a[2], b[1], b[2])), "others still held"
 
 
+@pytest.mark.parametrize("stale_first", [True, False], ids=["stale-first", "live-first"])
+def test_a_batch_holding_both_deliveries_of_one_row_acks_and_releases_by_the_live_lock(
+        cq: DelayedQueue, clock: FakeClock, stale_first: bool) -> None:
+    """The statements pair a row with its lock by the position of its id, so a batch holding
+    one id twice (a row redelivered to the same consumer, both deliveries acked together) is
+    split: whichever order the batch has, the live delivery's ack counts and the stale one's
+    does not."""
+    cq.offer_batch([Offer(f"k{i}", b"x", clock()) for i in range(3)])
+    old = cq.try_poll_many(3)
+    clock.advance(LEASE_S + 1)
+    new = cq.try_poll_many(3)
+    assert [e.id for e in new] == [e.id for e in old]
+    batch = [old[0], new[0], new[1]] if stale_first else [new[0], old[0], new[1]]
+    assert cq.release([old[1], new[2]]) == 1, "only the live lock releases"
+    assert cq.get(new[2].key).lock is None
+    assert cq.ack_many(batch) == 2
+    assert not cq.contains(new[0].key) and not cq.contains(new[1].key)
+    assert cq.ack_many([old[2], new[2]]) == 0, "released: no lock matches any more"
+
+
 def test_ack_lock_spares_rows_reacquired_under_another_lock(
     cq: DelayedQueue, clock: FakeClock
 ) -> None:

@@ -181,7 +181,7 @@ HOT_PATH_PARAMS = {
     "lease_ms": 60_000, "now": None, "id": 5, "ids": [1, 2, 3], "locks": ["a", "b", "c"],
     "delay_ms": 0, "key": "k5", "kind": "test", "payload": b"x", "scheduled_at": None,
     "expected_initially": 0, "expected_created": 0, "to_kind": "dead", "retention_ms": 1000,
-    "payloads": [None, None, None]}
+    "payloads": [None, None, None], "lock_set": ["a", "b", "c"]}
 
 
 @pytest.mark.parametrize("statement", [
