@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import os
+import traceback
 import uuid
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -39,6 +41,38 @@ def create_database(name: str, template: str | None = None) -> str:
 def drop_database(name: str) -> None:
     with admin() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+#: Every Database made in this process: (weak reference, the test that made it, where).
+_MADE: list[tuple[weakref.ref[Database], str, str]] = []
+_MAKING = ["(no test)"]
+_database_init = Database.__init__
+
+
+def _tracked_init(self: Database, *args: Any, **kwargs: Any) -> None:
+    _database_init(self, *args, **kwargs)
+    where = "".join(f for f in traceback.format_stack()[:-1] if "/site-packages/" not in f)
+    _MADE.append((weakref.ref(self), _MAKING[0], where))
+
+
+Database.__init__ = _tracked_init  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _no_pool_left_open(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test must close every Database (and so its pools) it made, by the end of its own
+    teardown: a pool left open keeps reconnecting to a test database that was dropped, and
+    reports it from its thread long after the test ("error connecting in 'delayq'")."""
+    _MAKING[0] = request.node.nodeid
+    yield
+    _MAKING[0] = "(no test)"
+    mine = [(ref(), where) for ref, who, where in _MADE if who == request.node.nodeid]
+    left = [(db, where) for db, where in mine if db is not None and not db._closed]
+    _MADE[:] = [m for m in _MADE if m[1] != request.node.nodeid]
+    for db, _ in left:
+        db.close()  # so one leak fails one test, not every later one's output
+    assert not left, f"{len(left)} Database(s) made by this test were never closed, made at:\n" \
+        + "\n".join(where for _, where in left)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from _celery_apps import close_app
 
 from .celery_app import RESULTS_DDL
 
@@ -123,16 +124,10 @@ def producer(database_url: str) -> Iterator[Any]:
     """The acceptance app, publishing to this test's database from the test process."""
     from .celery_app import app
 
-    def reset() -> None:
-        if app._pool is not None:
-            app._pool.force_close_all()
-            app._pool = None
-        app.amqp._producer_pool = None
-
-    reset()
+    close_app(app)
     app.conf.broker_url = broker_url(database_url)
     yield app
-    reset()
+    close_app(app)
 
 
 def executions(database_url: str, name: str | None = None) -> list[dict[str, Any]]:
@@ -232,7 +227,7 @@ def make_app(database_url: str, celery_env: dict[str, str]) -> Iterator[Callable
 
     yield make
     for app in apps:
-        app.close()
+        close_app(app)
 
 
 @pytest.fixture

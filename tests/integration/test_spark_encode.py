@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from _celery_apps import close_app
 
 pytest.importorskip("pyspark", reason="the dev extra installs pyspark")
 
@@ -120,8 +121,11 @@ def test_messages_match_apply_async(spark, database_url):
     def compare(n: int, text: str, flag: bool) -> None:  # only published here
         return None
 
-    compare.apply_async((7, "it's \"x\" ✓"), {"flag": True}, task_id="celery-7", eta=eta,
-                        queue="cmp")
+    try:
+        compare.apply_async((7, "it's \"x\" ✓"), {"flag": True}, task_id="celery-7", eta=eta,
+                            queue="cmp")
+    finally:
+        close_app(app)
     with DelayedQueue(database_url, kind="cmp") as q:
         ours, theirs = q.get("spark-7"), q.get("celery-7")
     assert ours is not None and theirs is not None
