@@ -1,0 +1,167 @@
+"""Who gets the CPU while a Celery benchmark runs: shares per process group, per phase (issue 11).
+
+Run it beside ``bench_celery.py --only throughput``; it reads ``/proc`` every 0.1 s and adds up
+the CPU ticks of each group of processes: the benchmark's producer processes, the worker's main
+process, its pool children, PostgreSQL's backends and its auxiliary processes, RabbitMQ's
+``beam.smp``, ``redis-server``. Consecutive samples are cut into phases: *publishing* while any
+producer process used CPU, *tail* after it while the worker still did. For each phase of at
+least 0.3 s it prints the machine's busy share and each group's share of the machine (100% =
+every core busy).
+
+Why it exists: on two shared cores the end-to-end rate is set by how much CPU the worker gets
+next to the producers, not only by the CPU each task costs. Linux's autogroup scheduling
+(``/proc/sys/kernel/sched_autogroup_enabled``) shares the CPU between *sessions* first, and
+every PostgreSQL backend starts a session of its own (``setsid``), whereas RabbitMQ is one
+process: the shares measured here show what that does to each broker's worker.
+
+    python3 bench/cpu_shares.py --seconds 70 --output /tmp/shares.json &
+    python3 bench/bench_celery.py --only throughput --brokers delayq,amqp --no-write
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+GROUPS = ("producer", "worker-main", "worker-child", "pg-backend", "pg-aux", "rabbitmq",
+          "redis", "bench-main", "other")
+_PG_AUX = ("checkpointer", "background writer", "walwriter", "autovacuum", "logical replication",
+           "stats collector", "archiver")
+#: Shortest phase reported, in seconds (a worker starting or stopping is not a phase).
+MIN_PHASE_S = 0.3
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+
+
+def _group(pid: int, cmdline: str) -> str:
+    """The group of one process, from its command line (and its parent's, for pool children)."""
+    if cmdline.startswith("postgres:") or "bin/postgres " in cmdline:
+        return "pg-aux" if any(a in cmdline for a in _PG_AUX) or "bin/postgres " in cmdline \
+            else "pg-backend"
+    if "beam.smp" in cmdline:
+        return "rabbitmq"
+    if "redis-server" in cmdline:
+        return "redis"
+    if "celery" in cmdline and "worker" in cmdline:
+        stat = _read(f"/proc/{pid}/stat") or ""
+        parent = stat.rsplit(")", 1)[-1].split()[1] if ")" in stat else "0"
+        parent_cmd = _read(f"/proc/{parent}/cmdline") or ""
+        return "worker-child" if "celery" in parent_cmd and "worker" in parent_cmd \
+            else "worker-main"
+    if "multiprocessing" in cmdline or "spawn_main" in cmdline:
+        return "producer"
+    if "bench_celery" in cmdline:
+        return "bench-main"
+    return "other"
+
+
+def _ticks(pid: int) -> int | None:
+    stat = _read(f"/proc/{pid}/stat")
+    if stat is None or ")" not in stat:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+@dataclass
+class Sampler:
+    """Per-process tick counters between samples, grouped."""
+
+    groups: dict[int, str] = field(default_factory=dict)
+    last: dict[int, int] = field(default_factory=dict)
+
+    def sample(self) -> dict[str, int]:
+        used = dict.fromkeys(GROUPS, 0)
+        seen: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            pid = int(entry)
+            ticks = _ticks(pid)
+            if ticks is None:
+                continue
+            if pid not in self.groups:
+                self.groups[pid] = _group(pid, _read(f"/proc/{pid}/cmdline") or "")
+            seen[pid] = ticks
+            used[self.groups[pid]] += ticks - self.last.get(pid, ticks)
+        self.last = seen
+        return used
+
+
+def _machine() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores since boot."""
+    with open("/proc/stat") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    return sum(values) - values[3] - values[4], sum(values)
+
+
+def _summary(state: str, rows: list[dict[str, float]]) -> dict[str, float | str] | None:
+    """One phase's shares in % of the machine; None if it is too short to be one."""
+    if not rows or rows[-1]["t"] - rows[0]["t"] < MIN_PHASE_S:
+        return None
+    total = sum(r["total"] for r in rows) or 1
+    phase: dict[str, float | str] = {
+        "phase": state, "from_s": rows[0]["t"], "to_s": rows[-1]["t"],
+        "busy": round(100 * sum(r["busy"] for r in rows) / total, 1)}
+    phase.update({g: round(100 * sum(r.get(g, 0) for r in rows) / total, 1) for g in GROUPS})
+    return phase
+
+
+def phases(rows: list[dict[str, float]]) -> list[dict[str, float | str]]:
+    """Consecutive samples cut into publishing / tail phases."""
+    out: list[dict[str, float | str]] = []
+    current: list[dict[str, float]] = []
+    state: str | None = None
+    for row in rows:
+        now = ("publishing" if row.get("producer", 0) > 0 else
+               "tail" if row.get("worker-main", 0) + row.get("worker-child", 0) > 0 else None)
+        if now != state:
+            if state is not None and (done := _summary(state, current)) is not None:
+                out.append(done)
+            current, state = [], now
+        if now is not None:
+            current.append(row)
+    if state is not None and (done := _summary(state, current)) is not None:
+        out.append(done)
+    return out
+
+
+@click.command()
+@click.option("--seconds", default=70.0, show_default=True, help="How long to sample.")
+@click.option("--interval", default=0.1, show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False), help="Write samples and phases.")
+def main(seconds: float, interval: float, output: str | None) -> None:
+    sampler = Sampler()
+    sampler.sample()
+    busy0, total0 = _machine()
+    rows: list[dict[str, float]] = []
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        time.sleep(interval)
+        used = sampler.sample()
+        busy1, total1 = _machine()
+        rows.append({"t": round(time.monotonic() - start, 2), "busy": busy1 - busy0,
+                     "total": total1 - total0, **used})
+        busy0, total0 = busy1, total1
+    found = phases(rows)
+    for p in found:
+        shares = " ".join(f"{g}={p[g]}" for g in GROUPS if p[g])
+        span = f"{p['from_s']:6.1f}-{p['to_s']:5.1f} s"
+        print(f"{p['phase']:>10} {span}  busy {p['busy']}%  {shares}")
+    if output:
+        Path(output).write_text(json.dumps({"samples": rows, "phases": found}))
+
+
+if __name__ == "__main__":
+    main()
