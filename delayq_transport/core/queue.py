@@ -336,7 +336,8 @@ class DelayedQueue:
         return self.db.execute(self.queries["ack"], params, relaxed=self.relaxed)
 
     def ack_many(self, deliveries: Iterable[Envelope | tuple[int, str]]) -> int:
-        """Delete many deliveries in one statement; each matches only its own (id, lock)."""
+        """Delete many deliveries in one statement (two if the batch holds an id twice); each
+        matches only its own (id, lock)."""
         return sum(self.db.execute(self.queries["ack_many"], params, relaxed=self.relaxed)
                    for params in self._by_pair(deliveries))
 
