@@ -1,7 +1,7 @@
 """Who gets the CPU while a Celery benchmark runs: shares per process group, per phase (issue 11).
 
-Run it beside ``bench_celery.py --only throughput``; it reads ``/proc`` every 0.1 s and adds up
-the CPU ticks of each group of processes: the benchmark's producer processes, the worker's main
+Run it beside ``bench_celery.py --only throughput``; every 0.1 s it adds up (psutil) the CPU
+time of each group of processes: the benchmark's producer processes, the worker's main
 process, its pool children, PostgreSQL's backends and its auxiliary processes, RabbitMQ's
 ``beam.smp``, ``redis-server``. Consecutive samples are cut into phases: *publishing* while any
 producer process used CPU, *tail* after it while the worker still did. For each phase of at
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
+import psutil
 
 GROUPS = ("producer", "worker-main", "worker-child", "pg-backend", "pg-aux", "rabbitmq",
           "redis", "bench-main", "other")
@@ -36,15 +37,7 @@ _PG_AUX = ("checkpointer", "background writer", "walwriter", "autovacuum", "logi
 MIN_PHASE_S = 0.3
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return None
-
-
-def _group(pid: int, cmdline: str) -> str:
+def _group(proc: psutil.Process, cmdline: str) -> str:
     """The group of one process, from its command line (and its parent's, for pool children)."""
     if cmdline.startswith("postgres:") or "bin/postgres " in cmdline:
         return "pg-aux" if any(a in cmdline for a in _PG_AUX) or "bin/postgres " in cmdline \
@@ -54,11 +47,11 @@ def _group(pid: int, cmdline: str) -> str:
     if "redis-server" in cmdline:
         return "redis"
     if "celery" in cmdline and "worker" in cmdline:
-        stat = _read(f"/proc/{pid}/stat") or ""
-        parent = stat.rsplit(")", 1)[-1].split()[1] if ")" in stat else "0"
-        parent_cmd = _read(f"/proc/{parent}/cmdline") or ""
-        return "worker-child" if "celery" in parent_cmd and "worker" in parent_cmd \
-            else "worker-main"
+        try:
+            parent = " ".join(proc.parent().cmdline()) if proc.parent() else ""
+        except psutil.Error:
+            parent = ""
+        return "worker-child" if "celery" in parent and "worker" in parent else "worker-main"
     if "multiprocessing" in cmdline or "spawn_main" in cmdline:
         return "producer"
     if "bench_celery" in cmdline:
@@ -66,44 +59,33 @@ def _group(pid: int, cmdline: str) -> str:
     return "other"
 
 
-def _ticks(pid: int) -> int | None:
-    stat = _read(f"/proc/{pid}/stat")
-    if stat is None or ")" not in stat:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
 @dataclass
 class Sampler:
-    """Per-process tick counters between samples, grouped."""
+    """Per-process CPU seconds between samples, grouped (a process keeps its first group)."""
 
     groups: dict[int, str] = field(default_factory=dict)
-    last: dict[int, int] = field(default_factory=dict)
+    last: dict[int, float] = field(default_factory=dict)
 
-    def sample(self) -> dict[str, int]:
-        used = dict.fromkeys(GROUPS, 0)
-        seen: dict[int, int] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
+    def sample(self) -> dict[str, float]:
+        used = dict.fromkeys(GROUPS, 0.0)
+        seen: dict[int, float] = {}
+        for proc in psutil.process_iter(["cmdline", "cpu_times"]):
+            times = proc.info["cpu_times"]
+            if proc.pid == os.getpid() or times is None:
                 continue
-            pid = int(entry)
-            ticks = _ticks(pid)
-            if ticks is None:
-                continue
-            if pid not in self.groups:
-                self.groups[pid] = _group(pid, _read(f"/proc/{pid}/cmdline") or "")
-            seen[pid] = ticks
-            used[self.groups[pid]] += ticks - self.last.get(pid, ticks)
+            if proc.pid not in self.groups:
+                self.groups[proc.pid] = _group(proc, " ".join(proc.info["cmdline"] or ()))
+            seen[proc.pid] = cpu = times.user + times.system
+            used[self.groups[proc.pid]] += cpu - self.last.get(proc.pid, cpu)
         self.last = seen
         return used
 
 
-def _machine() -> tuple[int, int]:
-    """(busy, total) jiffies of all cores since boot."""
-    with open("/proc/stat") as fh:
-        values = [int(v) for v in fh.readline().split()[1:]]
-    return sum(values) - values[3] - values[4], sum(values)
+def _machine() -> tuple[float, float]:
+    """(busy, total) CPU seconds of all cores since boot."""
+    times = psutil.cpu_times()
+    total = sum(times)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
 def _summary(state: str, rows: list[dict[str, float]]) -> dict[str, float | str] | None:

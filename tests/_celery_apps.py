@@ -1,11 +1,11 @@
-"""Closing a Celery app that published from the test process."""
+"""Closing the broker connections of a Celery app that published from the test process."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def close_app(app: Any) -> None:
+def close_connections(app: Any) -> None:
     """Close the broker connections an app opened to publish. ``Celery.close()`` only forgets
     its connection pool: the connections stay open, and each holds the transport's PostgreSQL
     pool, which keeps reconnecting to the test's database after it was dropped."""
@@ -16,4 +16,3 @@ def close_app(app: Any) -> None:
     if producers is not None:
         producers.force_close_all()
         app.amqp._producer_pool = None
-    app.close()

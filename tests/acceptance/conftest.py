@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _celery_apps import close_app
+from _celery_apps import close_connections
 
 from .celery_app import RESULTS_DDL
 
@@ -124,10 +124,10 @@ def producer(database_url: str) -> Iterator[Any]:
     """The acceptance app, publishing to this test's database from the test process."""
     from .celery_app import app
 
-    close_app(app)
+    close_connections(app)
     app.conf.broker_url = broker_url(database_url)
     yield app
-    close_app(app)
+    close_connections(app)
 
 
 def executions(database_url: str, name: str | None = None) -> list[dict[str, Any]]:
@@ -227,7 +227,8 @@ def make_app(database_url: str, celery_env: dict[str, str]) -> Iterator[Callable
 
     yield make
     for app in apps:
-        close_app(app)
+        close_connections(app)
+        app.close()
 
 
 @pytest.fixture

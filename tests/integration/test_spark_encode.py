@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from _celery_apps import close_app
+from _celery_apps import close_connections
 
 pytest.importorskip("pyspark", reason="the dev extra installs pyspark")
 
@@ -125,7 +125,8 @@ def test_messages_match_apply_async(spark, database_url):
         compare.apply_async((7, "it's \"x\" ✓"), {"flag": True}, task_id="celery-7", eta=eta,
                             queue="cmp")
     finally:
-        close_app(app)
+        close_connections(app)
+        app.close()
     with DelayedQueue(database_url, kind="cmp") as q:
         ours, theirs = q.get("spark-7"), q.get("celery-7")
     assert ours is not None and theirs is not None
