@@ -14,7 +14,7 @@ next to the producers, not only by the CPU each task costs. Linux's autogroup sc
 every PostgreSQL backend starts a session of its own (``setsid``), whereas RabbitMQ is one
 process: the shares measured here show what that does to each broker's worker.
 
-    python3 bench/cpu_shares.py --seconds 70 --output /tmp/shares.json &
+    python3 bench/cpu_shares.py --seconds 70 --waits --output /tmp/shares.json &
     python3 bench/bench_celery.py --only throughput --brokers delayq,amqp --no-write
 """
 
@@ -65,9 +65,14 @@ class Sampler:
 
     groups: dict[int, str] = field(default_factory=dict)
     last: dict[int, float] = field(default_factory=dict)
+    #: Also add up each group's run-queue wait (``--waits``), from the last ``schedstat``.
+    waits: bool = False
+    last_wait: dict[int, float] = field(default_factory=dict)
 
     def sample(self) -> dict[str, float]:
         used = dict.fromkeys(GROUPS, 0.0)
+        if self.waits:
+            used.update(self._waits())
         seen: dict[int, float] = {}
         for proc in psutil.process_iter(["cmdline", "cpu_times"]):
             times = proc.info["cpu_times"]
@@ -79,6 +84,24 @@ class Sampler:
             used[self.groups[proc.pid]] += cpu - self.last.get(proc.pid, cpu)
         self.last = seen
         return used
+
+    def _waits(self) -> dict[str, float]:
+        """Seconds each group's threads spent runnable but waiting for a core, since the last
+        sample (``/proc/<pid>/task/<tid>/schedstat``, second field, in ns)."""
+        waited = {f"wait:{g}": 0.0 for g in GROUPS}
+        seen: dict[int, float] = {}
+        for pid, group in self.groups.items():
+            total = 0.0
+            try:
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                        total += int(fh.read().split()[1]) / 1e9
+            except (OSError, ValueError, IndexError):
+                continue
+            seen[pid] = total
+            waited[f"wait:{group}"] += total - self.last_wait.get(pid, total)
+        self.last_wait = seen
+        return waited
 
 
 def _machine() -> tuple[float, float]:
@@ -97,6 +120,11 @@ def _summary(state: str, rows: list[dict[str, float]]) -> dict[str, float | str]
         "phase": state, "from_s": rows[0]["t"], "to_s": rows[-1]["t"],
         "busy": round(100 * sum(r["busy"] for r in rows) / total, 1)}
     phase.update({g: round(100 * sum(r.get(g, 0) for r in rows) / total, 1) for g in GROUPS})
+    if any(k.startswith("wait:") for k in rows[0]):
+        # Run-queue waits in % of the phase's wall time (summed over a group's threads).
+        wall = (total / (psutil.cpu_count() or 1)) or 1
+        phase.update({f"wait:{g}": round(100 * sum(r.get(f"wait:{g}", 0) for r in rows) / wall,
+                                         1) for g in GROUPS})
     return phase
 
 
@@ -123,8 +151,11 @@ def phases(rows: list[dict[str, float]]) -> list[dict[str, float | str]]:
 @click.option("--seconds", default=70.0, show_default=True, help="How long to sample.")
 @click.option("--interval", default=0.1, show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), help="Write samples and phases.")
-def main(seconds: float, interval: float, output: str | None) -> None:
-    sampler = Sampler()
+@click.option("--waits", is_flag=True,
+              help="Also print each group's run-queue wait (runnable, not running) in % of the "
+                   "phase's wall time, summed over its threads.")
+def main(seconds: float, interval: float, output: str | None, waits: bool) -> None:
+    sampler = Sampler(waits=waits)
     sampler.sample()
     busy0, total0 = _machine()
     rows: list[dict[str, float]] = []
@@ -141,6 +172,9 @@ def main(seconds: float, interval: float, output: str | None) -> None:
         shares = " ".join(f"{g}={p[g]}" for g in GROUPS if p[g])
         span = f"{p['from_s']:6.1f}-{p['to_s']:5.1f} s"
         print(f"{p['phase']:>10} {span}  busy {p['busy']}%  {shares}")
+        if waits:
+            waited = " ".join(f"{g}={p[f'wait:{g}']}" for g in GROUPS if p.get(f"wait:{g}"))
+            print(f"{'':>10} {'':>14}  run-queue wait, % of wall: {waited}")
     if output:
         Path(output).write_text(json.dumps({"samples": rows, "phases": found}))
 
