@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 import click
-import psutil
 import psycopg
 from _common import fresh_database
+from cpu_shares import _machine
 
 from delayq_transport.core.queries import Queries, notify_channel
 from delayq_transport.core.queue import DelayedQueue
@@ -64,22 +64,17 @@ def scripts(directory: Path) -> dict[str, Path]:
     return out
 
 
-def _busy_seconds() -> float:
-    t = psutil.cpu_times()
-    return t.user + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
-
-
 def one_round(url: str, script: Path, inserts: int) -> float:
     """Machine CPU µs per insert of one pgbench run on an empty table."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {TABLE}")
         conn.execute("CHECKPOINT")
     env = {"PGOPTIONS": "-c synchronous_commit=off", "PATH": "/usr/bin:/bin"}
-    before = _busy_seconds()
+    before = _machine()[0]
     subprocess.run(["pgbench", "-n", "-f", str(script), "-c", "2", "-j", "2", "-t",
                     str(inserts // 2), "-M", "prepared", "-d", url], env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return (_busy_seconds() - before) * 1e6 / inserts
+    return (_machine()[0] - before) * 1e6 / inserts
 
 
 @click.command()
@@ -96,8 +91,9 @@ def main(admin_url: str, rounds: int, inserts: int) -> None:
         try:
             time.sleep(0.5)
             found: dict[str, list[float]] = {}
+            runs = scripts(Path(tmp))
             for rnd in range(1, rounds + 1):
-                for name, script in scripts(Path(tmp)).items():
+                for name, script in runs.items():
                     us = one_round(url, script, inserts)
                     found.setdefault(name, []).append(us)
                     print(f"round {rnd}: {name:12s} {us:6.1f} µs of machine CPU per insert")

@@ -22,20 +22,18 @@ import time
 import click
 import psutil
 import psycopg
+from cpu_shares import _group
 
 
 def _client_role(pid: int | None) -> str:
+    """The client's group as ``cpu_shares.py`` names it (producer, worker-main, ...)."""
     if pid is None:
         return "other"
     try:
-        cmdline = " ".join(psutil.Process(pid).cmdline())
+        proc = psutil.Process(pid)
+        return _group(proc, " ".join(proc.cmdline()))
     except psutil.Error:
         return "other"
-    if "celery" in cmdline:
-        return "worker"
-    if "multiprocessing" in cmdline or "spawn_main" in cmdline:
-        return "producer"
-    return "other"
 
 
 def _role(app: str, backend_type: str, query: str, client: int | None) -> str:
