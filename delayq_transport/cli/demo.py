@@ -36,11 +36,16 @@ STATE_STYLE = {"scheduled": "yellow", "running": "cyan", "retrying": "magenta", 
 
 @dataclass
 class DemoTask:
+    """One task as the view shows it: when its current run was due and when that run started.
+
+    Lateness is start minus due: the task's own work (``remind`` sleeps 0.5 s) is not lateness.
+    A retry's due time is the retry's own ``scheduledAt``, read while its row waits."""
+
     task_id: str
     label: str
     eta: datetime
     state: str = "scheduled"
-    finished_at: datetime | None = None
+    started_at: datetime | None = None
 
 
 def _start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
@@ -66,25 +71,35 @@ def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout: float = 
 def _refresh(tasks: list[DemoTask], queue: DelayedQueue, log: RunLog) -> None:
     runs = log.steps()
     latest = {task_id: (state, at) for task_id, state, at in runs}
+    started = {task_id: at for task_id, state, at in runs if state == "running"}
     for task in tasks:
         row = queue.get(task.task_id)
-        state, at = latest.get(task.task_id, ("scheduled", None))
+        state, _at = latest.get(task.task_id, ("scheduled", None))
+        if row is not None and not row.in_flight:
+            task.eta = row.scheduled_at  # the waiting run's due time (a retry has its own)
         if state == "retrying" and row is not None and not row.in_flight:
             state = "scheduled (retry)"
+            task.started_at = None
+        elif state in ("running", "done"):
+            task.started_at = started.get(task.task_id)
         task.state = state
-        if state == "done":
-            task.finished_at = at
 
 
 def _view(tasks: list[DemoTask], now: datetime) -> Table:
     table = Table(title=f"delayq demo: tasks wait in PostgreSQL until due ({now:%H:%M:%S})")
-    for col in ("task", "due", "state", "done after due"):
+    for col in ("task", "due", "started", "started after due", "state"):
         table.add_column(col)
     for t in tasks:
         style = STATE_STYLE.get(t.state.split(" ")[0], "white")
-        late = "-" if t.finished_at is None else f"{(t.finished_at - t.eta).total_seconds():.2f}s"
-        table.add_row(t.label, f"{t.eta:%H:%M:%S.%f}"[:-3], f"[{style}]{t.state}[/{style}]", late)
+        started = "-" if t.started_at is None else _clock(t.started_at)
+        late = "-" if t.started_at is None else \
+            f"{(t.started_at - t.eta).total_seconds() * 1000:.0f} ms"
+        table.add_row(t.label, _clock(t.eta), started, late, f"[{style}]{t.state}[/{style}]")
     return table
+
+
+def _clock(at: datetime) -> str:
+    return f"{at:%H:%M:%S.%f}"[:-3]
 
 
 def _start_web(queue: DelayedQueue, port: int) -> Any:
@@ -185,7 +200,9 @@ def _run(queue: DelayedQueue, url: str, env: dict[str, str], web_url: str | None
                 break
             time.sleep(0.1)
     done = sum(t.state == "done" for t in tasks)
-    console.print(f"{done}/{len(tasks)} tasks done; "
+    late = [(t.started_at - t.eta).total_seconds() * 1000 for t in tasks if t.started_at]
+    console.print(f"{done}/{len(tasks)} tasks done, each started "
+                  f"{min(late, default=0):.0f}-{max(late, default=0):.0f} ms after it was due; "
                   "the worker never held a task before it was due.")
     if done != len(tasks):
         raise click.ClickException("demo did not finish in time; see the worker log")

