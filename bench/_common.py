@@ -1,13 +1,20 @@
-"""Helpers every delayq benchmark shares, so each bench script only describes its workloads.
+"""Helpers the delayq benchmarks and diagnostics share, so each script only describes its
+workloads.
 
 - a throw-away database per run (:func:`fresh_database`), so results never depend on what a
-  previous run or a test left behind;
-- time-boxed measurement with an untimed preparation step and refills (:class:`Meter`,
-  :func:`measure`), so a rate is units over the seconds spent in the measured calls only, and
-  :func:`measure_interleaved` to compare workloads under the same background load;
+  previous run or a test left behind, and the table states several scripts build
+  (:func:`load_far_rows`, :func:`hold_snapshot`, :func:`table_stats`);
+- what a reader needs to compare two runs (:func:`machine_info`, :func:`git_revision`) and the
+  CPU and memory of processes and of the whole machine (psutil);
+- percentiles and medians computed the same way everywhere;
 - rich progress bars (:func:`progress_bar`), JSON results in ``bench/results/<name>.json``
-  (:func:`write_results`), markdown tables and sections of ``docs/benchmarks.md`` rewritten in
-  place between ``<!-- name:start -->`` / ``<!-- name:end -->`` markers, and a grouped bar chart.
+  (:func:`write_results`), the sections of ``docs/benchmarks.md`` rewritten in place between
+  ``<!-- name:start -->`` / ``<!-- name:end -->`` markers (:func:`replace_section`), each
+  opening with the same line naming command, revision, date and machine (:func:`run_line`),
+  and a grouped bar chart.
+
+A helper only one benchmark uses lives next to it instead (``_core_meter.py``,
+``_steady.py``, ``_scale_snapshot.py``, ``_celery*.py``).
 """
 
 from __future__ import annotations
@@ -18,27 +25,23 @@ import platform
 import re
 import statistics
 import subprocess
+import sys
+import textwrap
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import click
+import psutil
 import psycopg
 from psycopg import sql
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -47,15 +50,17 @@ DOCS_DIR = REPO_ROOT / "docs"
 BENCHMARKS_MD = DOCS_DIR / "benchmarks.md"
 IMG_DIR = DOCS_DIR / "img"
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-#: How often a running measurement redraws its bar; redrawing per call would slow fast loops.
-PROGRESS_REFRESH_S = 0.1
+#: The queue table every delayq benchmark uses (``DelayedQueue``'s default).
+TABLE = "delayed_queue"
+#: Far-future rows are due this far ahead: never due while a benchmark runs.
+FAR_FUTURE_MS = 30 * 86_400_000
 
 BENCHMARKS_INTRO = """# Benchmarks
 
-Every figure below is produced by a script under `bench/` in one run on the machine named in
-its section, against a fresh PostgreSQL database the script creates and drops. Each section
-sits between `<!-- name:start -->` / `<!-- name:end -->` markers and is rewritten by its
-script; raw results are kept in `bench/results/<name>.json`.
+Every figure below is produced by a script under `bench/` against a fresh PostgreSQL database
+the script creates and drops. Each section sits between `<!-- name:start -->` /
+`<!-- name:end -->` markers and is rewritten by its script; raw results are kept in
+`bench/results/<name>.json`.
 """
 
 console = Console(stderr=True)
@@ -105,6 +110,53 @@ def vacuum_analyze(url: str, table: str) -> None:
         conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(table)))
 
 
+def load_far_rows(url: str, kind: str, n: int, table: str = TABLE, first: int = 0) -> float:
+    """Rows ``first`` to ``first + n - 1`` of ``kind`` due in 30 days, by generate_series in
+    steps of a million (seconds for millions, where offers would take hours); returns seconds.
+    """
+    start = time.monotonic()
+    step = 1_000_000
+    with psycopg.connect(url, autocommit=True) as conn:
+        for lo in range(first, first + n, step):
+            conn.execute(sql.SQL("""
+                INSERT INTO {} ("pKey", "pKind", payload, "scheduledAt",
+                                "scheduledAtInitially", "createdAt")
+                SELECT 'far-' || i, %(kind)s, '\\x00', t + i, t + i, t
+                FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS i,
+                     (SELECT (extract(epoch FROM now()) * 1000)::bigint + %(far)s AS t) AS n
+            """).format(sql.Identifier(table)),
+                {"kind": kind, "lo": lo, "hi": min(lo + step, first + n) - 1,
+                 "far": FAR_FUTURE_MS})
+    return time.monotonic() - start
+
+
+def hold_snapshot(url: str, table: str = TABLE) -> psycopg.Connection[Any]:
+    """A REPEATABLE READ transaction that has read the table: its snapshot pins the xmin
+    horizon (nothing deleted after it can be vacuumed) until the connection closes, as a
+    long ``pg_dump`` does."""
+    conn = psycopg.connect(url)
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE false").format(sql.Identifier(table)))
+    return conn
+
+
+def table_stats(url: str, table: str = TABLE) -> dict[str, Any]:
+    """Sizes, dead tuples and autovacuum visits of one table: what churn leaves behind."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("""
+            SELECT pg_table_size(c.oid), pg_indexes_size(c.oid), s.n_dead_tup, s.n_live_tup,
+                   s.autovacuum_count, s.autoanalyze_count
+            FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
+            WHERE c.oid = %s::regclass""", [table]).fetchone()
+    assert row is not None
+    keys = ("table_bytes", "index_bytes", "dead_tuples", "live_tuples", "autovacuums",
+            "autoanalyzes")
+    return dict(zip(keys, row, strict=True))
+
+
+# -- the machine and its processes ------------------------------------------------------
+
+
 def machine_info(url: str) -> dict[str, Any]:
     """What a reader needs to compare two runs: cores, versions, durability settings."""
     names = ("server_version", "synchronous_commit", "fsync", "shared_buffers")
@@ -145,126 +197,63 @@ def _cpu_model() -> str:
     return match.group(1).strip() if match else "unknown"
 
 
-# -- measuring ------------------------------------------------------------------------
+def cpu_seconds(proc: psutil.Process) -> float:
+    """User + system CPU seconds of one process; 0 once it is gone (a backend that ended)."""
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)
 
 
-@dataclass
-class Sample:
-    """One time-boxed measurement: ``units`` processed in ``seconds`` of measured calls."""
-
-    units: int
-    seconds: float
-    refills: int = 0
-
-    @property
-    def rate(self) -> float:
-        return self.units / self.seconds if self.seconds > 0 else 0.0
+def _tree(pid: int) -> list[psutil.Process]:
+    """A process and its children (a worker and its pool); empty once it is gone."""
+    try:
+        main = psutil.Process(pid)
+        return [main, *main.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
-@dataclass
-class Series:
-    """Repeated samples of one workload; the median is the reported figure."""
-
-    samples: list[Sample] = field(default_factory=list)
-
-    @property
-    def median_rate(self) -> float:
-        return statistics.median(s.rate for s in self.samples) if self.samples else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "median_per_s": round(self.median_rate, 1),
-            "samples": [dict(asdict(s), rate_per_s=round(s.rate, 1)) for s in self.samples],
-        }
+def tree_cpu(pids: Iterable[int]) -> float:
+    """CPU seconds of these processes and all their children."""
+    return sum(cpu_seconds(p) for pid in pids for p in _tree(pid))
 
 
-def paired_ratio(numerator: Series, denominator: Series) -> float:
-    """Median of per-round ratios: samples at the same index ran interleaved, under one load."""
-    ratios = [a.rate / b.rate for a, b in zip(numerator.samples, denominator.samples, strict=True)
-              if b.rate > 0]
-    return statistics.median(ratios) if ratios else 0.0
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and its children (0 once it is gone)."""
+    total = 0
+    for proc in _tree(pid):
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
-class Exhausted(Exception):
-    """Raised by a step that ran out of input (an empty queue): refill, then go on."""
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of all cores since boot: every process and the kernel's
+    interrupt work, so what the processes a script names leave out shows up."""
+    times = psutil.cpu_times()
+    total = sum(times)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
-@dataclass
-class Workload:
-    """``step(prepare())`` processes some units and returns how many; only ``step`` is timed.
-
-    ``prepare`` builds inputs (keys, message lists) with the clock stopped.
-    """
-
-    step: Callable[[Any], int]
-    prepare: Callable[[], Any] = lambda: None
+# -- statistics -------------------------------------------------------------------------
 
 
-class Meter:
-    """Accumulates units and seconds spent inside one workload's ``step`` across many slices.
-
-    ``refill`` runs untimed whenever ``step`` raises :class:`Exhausted`; ``on_progress``
-    receives (seconds, units) at most every ``PROGRESS_REFRESH_S``.
-    """
-
-    def __init__(
-        self,
-        work: Workload,
-        *,
-        refill: Callable[[], None] | None = None,
-        on_progress: Callable[[float, int], None] | None = None,
-    ) -> None:
-        self.work, self.refill, self.on_progress = work, refill, on_progress
-        self.spent, self.units, self.refills = 0.0, 0, 0
-        self._next_report = 0.0
-
-    def run_for(self, seconds: float) -> None:
-        """Run whole steps until at least ``seconds`` more have been spent inside them."""
-        until = self.spent + seconds
-        while self.spent < until:
-            arg = self.work.prepare()
-            started = time.perf_counter()
-            try:
-                self.units += self.work.step(arg)
-            except Exhausted:
-                self.spent += time.perf_counter() - started
-                if self.refill is None:
-                    raise
-                self.refill()
-                self.refills += 1
-                continue
-            self.spent += time.perf_counter() - started
-            if self.on_progress is not None and self.spent >= self._next_report:
-                self.on_progress(self.spent, self.units)
-                self._next_report = self.spent + PROGRESS_REFRESH_S
-        if self.on_progress is not None:
-            self.on_progress(self.spent, self.units)
-
-    def sample(self) -> Sample:
-        return Sample(units=self.units, seconds=self.spent, refills=self.refills)
+def percentile(values: Sequence[float], q: int) -> float | None:
+    """The ``q``-th percentile (1-99), interpolated between the closest ranks
+    (``method="inclusive"``) so that a window of a few samples still has one; None if empty."""
+    if len(values) < 2:
+        return float(values[0]) if values else None
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def measure(work: Workload, *, seconds: float, **meter_kwargs: Any) -> Sample:
-    """One workload alone for at least ``seconds`` of measured time."""
-    meter = Meter(work, **meter_kwargs)
-    meter.run_for(seconds)
-    return meter.sample()
-
-
-def measure_interleaved(
-    meters: dict[str, Meter], *, seconds: float, slice_seconds: float
-) -> dict[str, Sample]:
-    """Alternate the workloads in short slices until each has ``seconds`` of measured time.
-
-    On a shared machine the background load changes from one second to the next; slicing
-    makes every side see the same load, so their ratio stays meaningful even when the
-    absolute rates do not. A slice is at least one whole step.
-    """
-    while any(m.spent < seconds for m in meters.values()):
-        for meter in meters.values():
-            if meter.spent < seconds:
-                meter.run_for(min(slice_seconds, seconds - meter.spent))
-    return {name: m.sample() for name, m in meters.items()}
+def median_of(rows: Iterable[dict[str, Any]], key: str, digits: int = 2) -> float | None:
+    """Median of ``row[key]`` over the rows that have it (None if none do)."""
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return round(statistics.median(values), digits) if values else None
 
 
 # -- progress -------------------------------------------------------------------------
@@ -287,21 +276,6 @@ def progress_bar() -> Progress:
     )
 
 
-def timed_task(progress: Progress, description: str, seconds: float) -> TaskID:
-    """A task whose bar fills with measured seconds (``measure``'s ``on_progress``)."""
-    return progress.add_task(description, total=round(seconds, 1), rate="", unit="s")
-
-
-def reporter(progress: Progress, task: TaskID, unit: str = "msgs") -> Callable[[float, int], None]:
-    """An ``on_progress`` callback that moves ``task`` and shows the running rate."""
-
-    def report(spent: float, units: int) -> None:
-        rate = units / spent if spent > 0 else 0.0
-        progress.update(task, completed=round(spent, 1), rate=f"{rate:>10,.0f} {unit}/s")
-
-    return report
-
-
 # -- results and documents ------------------------------------------------------------
 
 
@@ -313,6 +287,57 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     payload.update(data)
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+def load_results(name: str) -> dict[str, Any]:
+    """``bench/results/<name>.json`` as written (empty if there is none)."""
+    path = RESULTS_DIR / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def command_line() -> str:
+    """How this script was started, for its docs section; the value of an option naming a
+    URL is left out (it may hold a password, and it is this machine's, not the reader's)."""
+    script = Path(sys.argv[0]).resolve()
+    where = script.relative_to(REPO_ROOT) if script.is_relative_to(REPO_ROOT) else script
+    shown = [f"python {where}"]
+    hide_next = False
+    for arg in sys.argv[1:]:
+        if hide_next:
+            arg, hide_next = "…", False
+        elif arg.startswith("--") and "url" in arg.split("=", 1)[0]:
+            arg, hide_next = (arg.split("=", 1)[0] + "=…", False) if "=" in arg else (arg, True)
+        shown.append(arg)
+    return " ".join(shown)
+
+
+def run_line(command: str, revision: str | None, finished_at: str | None,
+             machine: dict[str, Any] | None, load: tuple[float, float] | None = None) -> str:
+    """The sentence every section opens with: what was run, at which revision, when, where.
+
+    Two runs are only comparable on the same machine; the load average says whether anything
+    else ran meanwhile (the benchmark's own processes count in it).
+    """
+    when = "date not recorded"
+    if finished_at:
+        when = datetime.fromisoformat(finished_at).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    where = "machine not recorded"
+    if machine:
+        pg = machine.get("postgresql", {}).get("server_version", "?").split()[0]
+        where = (f"{machine.get('cpu_count', '?')} × {machine.get('cpu_model', '?')}, "
+                 f"PostgreSQL {pg}, Python {machine.get('python', '?')}")
+    text = f"`{command}`, revision {revision or 'not recorded'}, {when}; {where}"
+    if load is not None:
+        text += f"; load average {load[0]:.1f} → {load[1]:.1f}"
+    return prose(text + ".")
+
+
+def prose(text: str, width: int = 96) -> str:
+    """Paragraphs (separated by blank lines) refilled to ``width``: a writer's sentences hold
+    figures of any length, and the page should read the same whatever they were."""
+    return "\n\n".join(textwrap.fill(" ".join(p.split()), width, break_on_hyphens=False,
+                                      break_long_words=False)
+                         for p in text.strip().split("\n\n"))
 
 
 def markdown_table(
@@ -331,23 +356,23 @@ def markdown_table(
     return "\n".join(lines)
 
 
-def replace_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> Path:
-    """Put ``body`` between this bench's markers, leaving every other section untouched.
-
-    Creates the file with the shared intro when missing; appends the section when its
-    markers are not there yet.
-    """
+def with_section(text: str, name: str, body: str) -> str:
+    """``text`` with ``body`` between this section's markers, every other section untouched;
+    the section is appended when its markers are not there yet."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     block = f"{start}\n{body.strip()}\n{end}"
-    text = path.read_text() if path.exists() else BENCHMARKS_INTRO
     if start in text and end in text:
         before, rest = text.split(start, 1)
-        after = rest.split(end, 1)[1]
-        text = before + block + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
+        return before + block + rest.split(end, 1)[1]
+    return text.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def replace_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> Path:
+    """Rewrite one bench's section of the page in place (the page is created with the shared
+    intro when missing)."""
+    text = path.read_text() if path.exists() else BENCHMARKS_INTRO
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    path.write_text(with_section(text, name, body))
     return path
 
 

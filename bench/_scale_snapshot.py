@@ -1,4 +1,4 @@
-"""bench_scale's ``snapshot`` part: Celery at a steady rate with and without a held snapshot.
+"""bench_scale.py's ``snapshot`` part: Celery at a steady rate with and without a held snapshot.
 
 The same run three times: delayq on a fresh database, delayq with a REPEATABLE READ snapshot
 held on that database from before the first task to after the last (what ``pg_dump`` does),
@@ -25,20 +25,30 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import checkpoint, fresh_database, markdown_table, save_figure
-from _steady import hold_snapshot
-from bench_celery import (
+from _celery import (
     BrokerRun,
     Producers,
     Settings,
-    _base_env,
-    _counter,
-    _llen,
-    _publish_paced,
     broker_state,
-    phase_drain,
+    counter_client,
+    delayq_run,
+    list_len,
+    publish_paced,
     running_worker,
 )
+from _common import (
+    checkpoint,
+    fresh_database,
+    hold_snapshot,
+    markdown_table,
+    median_of,
+    percentile,
+    prose,
+    run_line,
+    save_figure,
+    table_stats,
+)
+from bench_celery import phase_drain
 
 from delayq_transport import DelayedQueue
 
@@ -46,26 +56,13 @@ WINDOW_S = 10.0
 TARGET_RATIO = 1.5
 
 
-def _delayq_run(db_url: str, cfg: Settings, queue: str, name: str = "delayq") -> BrokerRun:
-    """A BrokerRun on our own database; ``name`` keys its Redis counters (one per size)."""
-    url = "delayq+postgresql://" + db_url.split("://", 1)[1]
-    return BrokerRun(name, _base_env(cfg, queue, url, {}, acks_late=False), db_url)
-
-
 def _table_stats(db_url: str | None) -> dict[str, Any]:
+    """The queue table's size, dead tuples and autovacuum visits (none for Redis)."""
     if db_url is None:
         return {}
-    import psycopg
-
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        row = conn.execute("""
-            SELECT pg_table_size(c.oid) + pg_indexes_size(c.oid), s.n_dead_tup,
-                   s.autovacuum_count
-            FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
-            WHERE c.oid = 'delayed_queue'::regclass""").fetchone()
-    assert row is not None
-    return {"size_mb": round(row[0] / 1024 / 1024, 1), "dead_tuples": row[1],
-            "autovacuums": row[2]}
+    stats = table_stats(db_url)
+    return {"size_mb": round((stats["table_bytes"] + stats["index_bytes"]) / 1024 / 1024, 1),
+            "dead_tuples": stats["dead_tuples"], "autovacuums": stats["autovacuums"]}
 
 
 def steady(run: BrokerRun, cfg: Settings, rate: float, seconds: float, progress: Any
@@ -76,16 +73,16 @@ def steady(run: BrokerRun, cfg: Settings, rate: float, seconds: float, progress:
     plan = [(i / rate, f"{base}:{int(i / rate // WINDOW_S)}", 0.0) for i in range(n)]
     windows = int(seconds // WINDOW_S) + 1
     keys = [f"{base}:{w}" for w in range(windows)]
-    client = _counter(cfg)
+    client = counter_client(cfg)
     executed: list[tuple[float, int, dict[str, Any]]] = []  # (t, tasks finished, table)
     with running_worker(run.env, f"steady-{run.name}", cfg), Producers(run.env, 1) as producers:
         bar = progress.add_task(f"{run.name}: steady {rate:.0f}/s", total=n, rate="",
                                 unit="tasks")
         start = time.monotonic()
-        producers.submit(_publish_paced, [plan])
+        producers.submit(publish_paced, [plan])
         deadline, seen, next_sample = start + seconds + 120, 0, start + WINDOW_S
         while time.monotonic() < deadline and seen < n and not producers.errors:
-            seen = sum(_llen(client, k) for k in keys)
+            seen = sum(list_len(client, k) for k in keys)
             progress.update(bar, completed=seen)
             if time.monotonic() >= next_sample:
                 executed.append((next_sample - start, seen, _table_stats(run.db_url)))
@@ -109,9 +106,9 @@ def steady(run: BrokerRun, cfg: Settings, rate: float, seconds: float, progress:
                                "executed_per_s": round((done - prev_n) / (t - prev_t), 1),
                                "backlog": max(0, sent - done), **table}
         prev_t, prev_n = t, done
-        if len(lags) >= 2:
-            q = statistics.quantiles(lags, n=100, method="inclusive")
-            row.update(n=len(lags), p50_ms=round(q[49], 2), p99_ms=round(q[98], 2))
+        p50, p99 = percentile(lags, 50), percentile(lags, 99)
+        if len(lags) >= 2 and p50 is not None and p99 is not None:
+            row.update(n=len(lags), p50_ms=round(p50, 2), p99_ms=round(p99, 2))
         rows.append(row)
     return rows
 
@@ -128,8 +125,8 @@ def part_snapshot(cfg: Settings, rate: float, minutes: float, progress: Any,
         with fresh_database(cfg.admin_url, prefix="delayq_bench10_snap") as db_url:
             queue = f"bench_snap_{cfg.run_id}"
             DelayedQueue(db_url, kind=queue).close()
-            run = _delayq_run(db_url, cfg, queue, name)
-            snap = hold_snapshot(db_url, "delayed_queue") if held else None
+            run = delayq_run(db_url, cfg, queue, name)
+            snap = hold_snapshot(db_url) if held else None
             try:
                 out[name] = _one(run, cfg, rate, seconds, progress)
             finally:
@@ -168,13 +165,10 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
     third = max(1, len(ws) // 3)
     head, tail = ws[:third], ws[-third:]
 
-    def med(rows: list[dict[str, Any]], key: str) -> float | None:
-        vals = [r[key] for r in rows if r.get(key) is not None]
-        return round(statistics.median(vals), 2) if vals else None
-
     out: dict[str, Any] = {}
     for key in ("executed_per_s", "p50_ms", "p99_ms"):
-        out[key] = {"all": med(ws, key), "first": med(head, key), "last": med(tail, key),
+        out[key] = {"all": median_of(ws, key), "first": median_of(head, key),
+                    "last": median_of(tail, key),
                     "slope_pct_per_min": _slope_pct_per_min(ws, key)}
     out["worst_p99_ms"] = max((w.get("p99_ms") or 0 for w in ws), default=None)
     out["max_backlog"] = max((w["backlog"] for w in ws), default=0)
@@ -233,26 +227,24 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     return save_figure(fig, path, dpi=110)
 
 
-def docs(result: dict[str, Any], name: str) -> str:
-    m = result["machine"]
+def section(data: dict[str, Any]) -> str:
+    """The "Celery with a held snapshot" section of docs/benchmarks.md from a results
+    document (``bench_scale.py --parts snapshot``)."""
+    m = data["machine"]
     pg = m.get("postgresql", {})
-    summary = {k: summarize(v) for k, v in result["snapshot"].items()}
+    summary = {k: summarize(v) for k, v in data["snapshot"].items()}
     v = verdict(summary)
-    result["snapshot_summary"], result["snapshot_verdict"] = summary, v
-    cmd = result.get("command", "python bench/bench_scale.py --parts snapshot")
-    lines = [f"## Celery with a held snapshot (issue 10)\n\n`{cmd}` at revision "
-             f"{result['revision']}; worker `-P prefork -c 2`, prefetch 4 (bench_celery's); "
-             f"PostgreSQL {pg.get('server_version', '?')}, server `autovacuum = "
-             f"{m.get('autovacuum', '?')}`{m.get('server_note', '')}; load average "
-             f"{m['load_average_at_start'][0]:.1f} at start, "
-             f"{result['load_average_at_end'][0]:.1f} at end (2 cores shared). Each run: a "
-             f"drain burst of {result['drain_n']:,} no-ops, {result['rate']:g} tasks/s for "
-             f"{result['minutes']:g} minutes, a second drain burst; the snapshot is held "
-             "through all three. Windows of 10 s (the first, the worker's warm-up, left out); "
-             "first / last = medians of the first and last third; slope = least squares in % "
-             "of the median per minute."
-             + (f" The Redis line is carried over from {result['redis_from']} (same settings "
-                "and server; not re-run)." if result.get("redis_from") else "") + "\n"]
+    command = data.get("command", "python bench/bench_scale.py --parts snapshot")
+    server = (f"PostgreSQL {pg.get('server_version', '?')}, server `autovacuum = "
+              f"{m.get('autovacuum', '?')}`{m.get('server_note', '')}")
+    carried = (f" The Redis line is carried over from {data['redis_from']} (same settings and "
+               "server; not re-run)." if data.get("redis_from") else "")
+    how = prose(f"""
+Each run: a drain burst of {data['drain_n']:,} no-ops, {data['rate']:g} tasks/s for
+{data['minutes']:g} minutes, a second drain burst; the snapshot is held through all three.
+Worker `-P prefork -c 2`, prefetch 4 (bench_celery's); {server}. Windows of 10 s (the first,
+the worker's warm-up, left out); first / last = medians of the first and last third; slope =
+least squares in % of the median per minute.{carried}""")
     rows = []
     for run_name, s in summary.items():
         rows.append([run_name, s["executed_per_s"]["all"],
@@ -260,18 +252,28 @@ def docs(result: dict[str, Any], name: str) -> str:
                      f"{s['p50_ms']['first']} → {s['p50_ms']['last']}",
                      f"{s['p99_ms']['first']} → {s['p99_ms']['last']}",
                      s["p99_ms"]["slope_pct_per_min"], s["worst_p99_ms"], s["max_backlog"]])
-    lines.append(markdown_table(
+    table = markdown_table(
         ["run", "executed/s", "drain burst tasks/s before → after", "p50 ms first → last",
          "p99 ms first → last", "p99 slope %/min", "worst p99 ms", "max backlog"],
-        rows, "lrrrrrrr"))
+        rows, "lrrrrrrr")
+    outcome = ""
     if v:
-        lines.append(
-            f"\nSnapshot vs none: pick-up p99 {v['p99_ratio_all']}x over the run, "
+        outcome = "\n\n" + prose(
+            f"Snapshot vs none: pick-up p99 {v['p99_ratio_all']}x over the run, "
             f"{v['p99_ratio_last_third']}x in the last third; executed rate "
             f"{v['executed_ratio']}x; drain burst after the run {v['drain_after_ratio']}x "
             f"slower. Trend under the snapshot: p99 last/first third {v['p99_trend']}x "
             f"(without: {v['p99_trend_base']}x), drain burst before/after "
             f"{v['drain_trend']}x. Within {TARGET_RATIO}x: "
-            f"{'yes' if v['within_1_5x'] else '**no**'}.\n")
-    lines.append(f"![snapshot](img/bench_{name}.png)\n")
-    return "\n".join(lines)
+            f"{'yes' if v['within_1_5x'] else '**no**'}.")
+    load = (m["load_average_at_start"][0], data["load_average_at_end"][0])
+    return f"""## Celery with a held snapshot
+
+{run_line(command, data.get("revision"), data.get("finished_at"), m, load)}
+
+{table}{outcome}
+
+![snapshot](img/bench_{data.get("benchmark", "scale_snapshot")}.png)
+
+{how}
+"""

@@ -1,4 +1,5 @@
-"""A steady queue load at the core level, sampled over time (issue 10, parts 2 and 3).
+"""bench_churn.py's load: a steady queue load at the core level, sampled over time (also run
+for 30 s by ``tests/integration/test_churn_short.py``).
 
 One producer thread offers ``rate`` rows a second (due now, batched every 20 ms), consumer
 threads poll up to ``batch`` rows and ack them, as the transport does (relaxed commits, the
@@ -9,8 +10,9 @@ sit in the table the whole time; a REPEATABLE READ snapshot can be held from ``s
 on (what ``pg_dump`` does).
 
 ``variant`` picks the consumer: ``watermark`` (delayq's poll), ``no_watermark`` (the poll
-from the bottom of the index, delayq before issue 10) or ``hot_acquire`` (the alternative of
-an acquire that writes no indexed column, see ``_hot_acquire.py``).
+from the bottom of the index, without the low watermark) or ``hot_acquire``
+(:class:`HotAcquireQueue`: the alternative design of an acquire that writes no indexed
+column, kept as the reference the watermark is compared with under a held snapshot).
 """
 
 from __future__ import annotations
@@ -24,15 +26,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from _hot_acquire import HotAcquireQueue, load_far_rows_hot
+from _common import (
+    FAR_FUTURE_MS,
+    TABLE,
+    hold_snapshot,
+    load_far_rows,
+    median_of,
+    percentile,
+    table_stats,
+    vacuum_analyze,
+)
 
 from delayq_transport import Database, DelayedQueue
 
-TABLE = "delayed_queue"
 VARIANTS = ("watermark", "no_watermark", "hot_acquire")
 PRODUCE_TICK_S = 0.02
 IDLE_SLEEP_S = 0.005
-FAR_FUTURE_MS = 30 * 86_400_000
 
 
 @dataclass
@@ -59,24 +68,6 @@ class Window:
     done: int = 0
 
 
-def load_far_rows(url: str, kind: str, n: int, table: str = TABLE, first: int = 0) -> float:
-    """Rows ``first`` to ``first + n - 1`` due in 30 days, by generate_series (seconds for
-    millions); returns seconds."""
-    start = time.monotonic()
-    step = 1_000_000
-    with psycopg.connect(url, autocommit=True) as conn:
-        for lo in range(first, first + n, step):
-            conn.execute(f"""
-                INSERT INTO {table} ("pKey", "pKind", payload, "scheduledAt",
-                                     "scheduledAtInitially", "createdAt")
-                SELECT 'far-' || i, %(kind)s, '\\x00', t + i, t + i, t
-                FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS i,
-                     (SELECT (extract(epoch FROM now()) * 1000)::bigint + %(far)s AS t) AS n
-            """, {"kind": kind, "lo": lo, "hi": min(lo + step, first + n) - 1,
-                  "far": FAR_FUTURE_MS})
-    return time.monotonic() - start
-
-
 def prepare(cfg: SteadyConfig) -> float:
     """Schema and far-future rows for ``cfg`` on a fresh database; returns the load seconds."""
     with Database(cfg.url, max_size=1) as db:
@@ -86,32 +77,16 @@ def prepare(cfg: SteadyConfig) -> float:
             DelayedQueue(db, kind=cfg.kind)
     start = time.monotonic()
     if cfg.far_rows and cfg.variant == "hot_acquire":
-        load_far_rows_hot(cfg.url, cfg.kind, cfg.far_rows, FAR_FUTURE_MS)
+        load_far_rows_hot(cfg.url, cfg.kind, cfg.far_rows)
     elif cfg.far_rows:
         load_far_rows(cfg.url, cfg.kind, cfg.far_rows)
-    with psycopg.connect(cfg.url, autocommit=True) as conn:
-        table = HotAcquireQueue.TABLE if cfg.variant == "hot_acquire" else TABLE
-        conn.execute(f"VACUUM ANALYZE {table}")
+    vacuum_analyze(cfg.url, HotAcquireQueue.TABLE if cfg.variant == "hot_acquire" else TABLE)
     return time.monotonic() - start
 
 
-def table_stats(url: str, table: str) -> dict[str, Any]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("""
-            SELECT pg_table_size(c.oid), pg_indexes_size(c.oid), s.n_dead_tup, s.n_live_tup,
-                   s.autovacuum_count, s.autoanalyze_count
-            FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
-            WHERE c.oid = %s::regclass""", [table]).fetchone()
-    assert row is not None
-    keys = ("table_bytes", "index_bytes", "dead_tuples", "live_tuples", "autovacuums",
-            "autoanalyzes")
-    return dict(zip(keys, row, strict=True))
-
-
 def _p(values: list[float], q: int) -> float | None:
-    if len(values) < 2:
-        return round(values[0], 2) if values else None
-    return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 2)
+    value = percentile(values, q)
+    return None if value is None else round(value, 2)
 
 
 class SteadyRun:
@@ -215,28 +190,15 @@ class SteadyRun:
         return samples
 
 
-def hold_snapshot(url: str, table: str) -> psycopg.Connection[Any]:
-    """A REPEATABLE READ transaction that has read the table: its snapshot pins the xmin
-    horizon (nothing deleted after it can be vacuumed) until the connection closes."""
-    conn = psycopg.connect(url)
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    conn.execute(f"SELECT count(*) FROM {table} WHERE false").fetchone()
-    return conn
-
-
 def summarize(samples: list[dict[str, Any]], first_s: float, last_s: float) -> dict[str, Any]:
     """Medians of the first and last ``*_s`` seconds, and their ratios (last / first)."""
     end = samples[-1]["t_s"] if samples else 0.0
     head = [s for s in samples if s["t_s"] <= first_s]
     tail = [s for s in samples if s["t_s"] > end - last_s]
 
-    def med(rows: list[dict[str, Any]], key: str) -> float | None:
-        vals = [r[key] for r in rows if r.get(key) is not None]
-        return round(statistics.median(vals), 2) if vals else None
-
     out: dict[str, Any] = {}
     for key in ("rate_per_s", "pickup_p99_ms", "poll_p99_ms"):
-        a, b = med(head, key), med(tail, key)
+        a, b = median_of(head, key), median_of(tail, key)
         out[key] = {"first": a, "last": b, "ratio": round(b / a, 3) if a and b else None}
 
     def size_mb(rows: list[dict[str, Any]]) -> float:
@@ -248,3 +210,84 @@ def summarize(samples: list[dict[str, Any]], first_s: float, last_s: float) -> d
     out["max_index_bytes"] = max((s["index_bytes"] for s in samples), default=0)
     out["max_dead_tuples"] = max((s["dead_tuples"] for s in samples), default=0)
     return out
+
+
+# -- the HOT-acquire alternative ---------------------------------------------------------
+
+#: The prototype's own clock expression and lease, as its statements inline them.
+_NOW = "(extract(epoch FROM now()) * 1000)::bigint"
+_LEASE_MS = 60_000
+
+
+class _Env:
+    """The little of an Envelope the steady run reads."""
+
+    __slots__ = ("id", "lock", "scheduled_at_initially_ms")
+
+    def __init__(self, id: int, lock: str, at: int) -> None:  # noqa: A002
+        self.id, self.lock, self.scheduled_at_initially_ms = id, lock, at
+
+
+class HotAcquireQueue:
+    """An acquire that changes no indexed column, so PostgreSQL can make it a HOT update and
+    leave no index entry behind: the lease lives in its own column (``lease_until``, not
+    indexed) instead of moving ``scheduledAt``, and each page keeps room for the new version
+    (``fillfactor = 50``). Only what the steady run calls (offer_batch, poll, ack_many), on a
+    table of its own: a reference design to measure delayq's poll against, not a queue."""
+
+    TABLE = "hot_queue"
+
+    def __init__(self, db: Database, kind: str) -> None:
+        self.db, self.kind = db, kind
+        db.execute(f"""
+            CREATE TABLE IF NOT EXISTS {self.TABLE} (
+                id bigserial PRIMARY KEY, kind text NOT NULL, key text NOT NULL,
+                payload bytea NOT NULL, scheduled_at bigint NOT NULL,
+                lease_until bigint, lock text
+            ) WITH (fillfactor = 50)""")
+        db.execute(f"CREATE INDEX IF NOT EXISTS hot_queue_due ON {self.TABLE} (kind, scheduled_at)")
+
+    def offer_batch(self, items: list[tuple[str, bytes, Any]], can_update: bool = False) -> None:
+        keys = [k for k, _, _ in items]
+        payloads = [p for _, p, _ in items]
+        self.db.execute(f"""
+            INSERT INTO {self.TABLE} (kind, key, payload, scheduled_at)
+            SELECT %(kind)s, k, p, {_NOW} FROM unnest(%(keys)s::text[], %(payloads)s::bytea[])
+                AS s(k, p)""", {"kind": self.kind, "keys": keys, "payloads": payloads})
+
+    def poll(self, n: int) -> tuple[list[_Env], None]:
+        lock = str(uuid.uuid4())
+
+        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            return conn.execute(f"""
+                WITH picked AS (
+                    SELECT id FROM {self.TABLE}
+                    WHERE kind = %(kind)s AND scheduled_at <= {_NOW}
+                      AND (lease_until IS NULL OR lease_until <= {_NOW})
+                    ORDER BY scheduled_at LIMIT %(n)s FOR UPDATE SKIP LOCKED)
+                UPDATE {self.TABLE} SET lock = %(lock)s, lease_until = {_NOW} + {_LEASE_MS}
+                WHERE id = ANY(ARRAY(SELECT id FROM picked))
+                RETURNING id, scheduled_at""",
+                {"kind": self.kind, "n": n, "lock": lock}).fetchall()
+
+        rows = self.db.run(work, relaxed=True)
+        return [_Env(r[0], lock, r[1]) for r in rows], None
+
+    def ack_many(self, envs: list[_Env]) -> int:
+        """Each row matched on its own (id, lock) pair by the position of its id, as delayq's
+        ``ack_many`` does: joined with the pairs instead, the planner can compare every row
+        with every pair, and the comparison would measure that, not the acquire."""
+        return self.db.execute(f"""
+            DELETE FROM {self.TABLE} AS t
+            WHERE t.id = ANY(%(ids)s::bigint[])
+              AND t.lock = (%(locks)s::text[])[array_position(%(ids)s::bigint[], t.id)]""",
+            {"ids": [e.id for e in envs], "locks": [e.lock for e in envs]}, relaxed=True)
+
+
+def load_far_rows_hot(url: str, kind: str, n: int) -> None:
+    """The far-future backlog of the steady run, in the prototype's table."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"""
+            INSERT INTO {HotAcquireQueue.TABLE} (kind, key, payload, scheduled_at)
+            SELECT %(kind)s, 'far-' || i, '\\x00', {_NOW} + %(far)s + i
+            FROM generate_series(1, %(n)s) AS i""", {"kind": kind, "n": n, "far": FAR_FUTURE_MS})

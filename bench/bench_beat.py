@@ -13,7 +13,6 @@ PersistentScheduler run makes every entry due once (one minute's worth) and tick
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -24,23 +23,24 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from _common import (  # noqa: E402
+from _common import (
     DEFAULT_ADMIN_URL,
+    command_line,
     console,
     fresh_database,
+    git_revision,
+    load_results,
     machine_info,
     markdown_table,
     progress_bar,
+    prose,
     replace_section,
+    run_line,
     write_results,
 )
 
-from delayq_beat import BeatStore, Installer, Settings, make_spec  # noqa: E402
-from delayq_transport import DelayedQueue  # noqa: E402
+from delayq_beat import BeatStore, Installer, Settings, make_spec
+from delayq_transport import DelayedQueue
 
 
 class StatementCounter:
@@ -57,7 +57,7 @@ class StatementCounter:
             counter.count += 1
             return orig(cur, *args, **kwargs)
 
-        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign,assignment]
 
 
 def xact_commits(url: str) -> int:
@@ -67,6 +67,7 @@ def xact_commits(url: str) -> int:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         row = conn.execute("SELECT xact_commit FROM pg_stat_database "
                            "WHERE datname = current_database()").fetchone()
+    assert row is not None
     return int(row[0]) - 2  # this probe's own transactions
 
 
@@ -83,7 +84,9 @@ def measured(url: str, counter: StatementCounter) -> Iterator[dict[str, float]]:
 
 def row_count(url: str) -> int:
     with psycopg.connect(url) as conn:
-        return int(conn.execute("SELECT count(*) FROM delayed_queue").fetchone()[0])
+        row = conn.execute("SELECT count(*) FROM delayed_queue").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def bench_delayq_beat(url: str, entries: int, minutes: int, counter: StatementCounter,
@@ -172,15 +175,17 @@ def main() -> None:
         ours = bench_delayq_beat(url, args.entries, args.minutes, counter)
     with fresh_database(args.admin_url, "delayq_bench_beat") as url:
         theirs = bench_persistent(url, args.entries, counter)
-    data = {"entries": args.entries, "schedule": "crontab() (every minute)",
+    data = {"command": command_line(), "revision": git_revision(), "entries": args.entries,
+            "schedule": "crontab() (every minute)",
             "delayq_beat": ours, "persistent_scheduler": theirs, "machine": info,
             "settings": {"refresh_interval_s": 60, "horizon_s": 3600}}
     write_results("beat", data)
-    write_docs(data)
+    replace_section("beat", section(load_results("beat")))
     console.print(data)
 
 
-def write_docs(data: dict[str, Any]) -> None:
+def section(data: dict[str, Any]) -> str:
+    """The "Beat" section of docs/benchmarks.md from a results document."""
     ours, theirs = data["delayq_beat"], data["persistent_scheduler"]["one_minute_of_publishing"]
     steady, first = ours["steady_refresh"], ours["first_refresh"]
     rows = [
@@ -202,29 +207,21 @@ def write_docs(data: dict[str, Any]) -> None:
     ]
     table = markdown_table(["run", "seconds", "statements", "transactions", "rows in table"],
                            rows, "lrrrr")
-    body = f"""## Beat
+    command = data.get("command", "python bench/bench_beat.py")
+    how = prose(f"""
+{data['entries']:,} one-minute crontabs: delayq_beat with its defaults (refresh every 60 s, 1 h
+horizon) against Celery's PersistentScheduler publishing the same schedule through delayq.
+Statements counted on the client, transactions from `pg_stat_database`; a steady refresh runs
+once a minute, so its row is the load per minute, whatever the number of entries. The price is
+the rows kept ahead (entries × occurrences in the horizon).""")
+    return f"""## Beat
 
-`python bench/bench_beat.py`: {data['entries']:,} entries with a one-minute crontab
-(`crontab()`), delayq_beat with the default settings (refresh every 60 s, 1 h horizon)
-against Celery's PersistentScheduler publishing the same schedule through the delayq
-transport. Statements are counted on the client (psycopg `Cursor.execute`), transactions from
-`pg_stat_database.xact_commit` of the bench database. A steady refresh happens once a minute,
-so its row is the load per minute; the PersistentScheduler row is one minute of publishing.
+{run_line(command, data.get("revision"), data.get("finished_at"), data.get("machine"))}
 
 {table}
 
-The very first install of an entry goes through `CronService.install_tick` (a delete of other
-configurations plus an insert, per entry); a beat restart re-offers the whole horizon batched
-(one insert per 1,000 rows). The bench database shares a 2-core machine with PostgreSQL, so
-absolute seconds vary with load; statement counts do not.
-
-In steady state delayq_beat adds one occurrence per entry per refresh in one multi-row insert
-per queue, so its load per minute is a handful of statements whatever the number of entries,
-while the PersistentScheduler sends every task as it falls due (statements per minute grow
-with the number of entries). The price is the rows kept ahead: entries x occurrences in the
-horizon. Raw numbers: `bench/results/beat.json`.
+{how}
 """
-    replace_section("beat", body)
 
 
 if __name__ == "__main__":

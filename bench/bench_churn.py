@@ -1,4 +1,4 @@
-"""Hours of churn and held snapshots at the core level (issue 10, parts 2 and 3).
+"""Hours of churn and held snapshots at the core level.
 
 Scenarios (``--scenario``):
 
@@ -8,8 +8,10 @@ Scenarios (``--scenario``):
   The issue's one-hour run: ``flock /tmp/delayq-bench.lock python bench/bench_churn.py
   --scenario churn --minutes 60``. ``--short`` is the mode the test suite runs.
 - ``snapshot``: the same load with a REPEATABLE READ snapshot held from the 5th second on, once
-  per consumer variant: ``watermark`` (delayq), ``no_watermark`` (the poll before issue 10)
-  and ``hot_acquire`` (the alternative: an acquire that writes no indexed column).
+  per consumer variant: ``watermark`` (delayq), ``no_watermark`` (the poll from the bottom of
+  the index) and ``hot_acquire`` (the alternative: an acquire that writes no indexed column).
+
+The load itself is ``_steady.py``.
 
 Writes ``bench/results/churn_<scenario>.json``, ``docs/img/bench_churn_<scenario>.png`` and the
 ``churn_<scenario>`` section of ``docs/benchmarks.md`` (``--no-docs`` skips both).
@@ -18,29 +20,29 @@ Writes ``bench/results/churn_<scenario>.json``, ``docs/img/bench_churn_<scenario
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import (  # noqa: E402
+from _common import (
     DEFAULT_ADMIN_URL,
     IMG_DIR,
     checkpoint,
+    command_line,
     console,
     fresh_database,
     git_revision,
+    load_results,
     machine_info,
     markdown_table,
     progress_bar,
+    prose,
     replace_section,
+    run_line,
     save_figure,
     write_results,
 )
-from _steady import VARIANTS, SteadyConfig, SteadyRun, prepare, summarize  # noqa: E402
+from _steady import VARIANTS, SteadyConfig, SteadyRun, prepare, summarize
 
 MB = 1024 * 1024
 SNAPSHOT_AT_S = 5.0
@@ -116,11 +118,14 @@ def server_text(info: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     pg = info.get("postgresql", {})
     opts = next((r.get("reloptions") for r in runs if r.get("reloptions")), None)
     text = (f"PostgreSQL {pg.get('server_version', '?')}, shared_buffers "
-            f"{pg.get('shared_buffers', '?')}, server `autovacuum = {info['autovacuum']}`")
+            f"{pg.get('shared_buffers', '?')}")
+    if info.get("autovacuum"):
+        text += f", server `autovacuum = {info['autovacuum']}`"
     if info.get("server_note"):
         text += f" ({info['server_note']})"
     if opts:
-        text += "; queue table settings (migration 4): " + ", ".join(f"`{o}`" for o in opts)
+        text += "; queue table settings (migration 4), `autovacuum_`: " + ", ".join(
+            f"`{o.removeprefix('autovacuum_')}`" for o in opts)
     return text
 
 
@@ -182,7 +187,8 @@ def main(scenario: str, minutes: float | None, rate: float, far_rows: int | None
     name = f"churn_{scenario}"
     info["load_average_at_end"] = list(os.getloadavg())
     window = min(600.0, seconds / 3)
-    result = {"scenario": scenario, "revision": git_revision(), "machine": info, "runs": runs,
+    result = {"command": command_line(), "scenario": scenario, "revision": git_revision(),
+              "machine": info, "runs": runs,
               "summary": {r["variant"]: summarize(r["samples"], window, window) for r in runs}}
     if short:
         console.print(table(runs, window))
@@ -196,18 +202,37 @@ def main(scenario: str, minutes: float | None, rate: float, far_rows: int | None
     console.print(table(runs, window))
     if docs:
         what = ("one snapshot held from 5 s on" if scenario == "snapshot" else "no snapshot")
-        img = plot(runs, IMG_DIR / f"bench_{name}.png",
-                   f"{rate:.0f} rows/s, {far_rows:,} far-future rows, {what}")
-        url_opt = " --database-url …" if server_note else ""
-        body = (f"## Core steady load: {scenario}\n\n`python bench/bench_churn.py --scenario "
-                f"{scenario} --minutes {minutes:g}{url_opt}` at revision {result['revision']}, "
-                f"{rate:.0f} rows/s offered, {far_rows:,} far-future rows, {what}; load average "
-                f"{info['load_average_at_start'][0]:.1f} at start, "
-                f"{info['load_average_at_end'][0]:.1f} at end (2 cores shared with other "
-                f"runs); {server_text(info, runs)}. "
-                f"First vs last {window / 60:g} minutes (medians of {sample_s:g} s "
-                f"windows):\n\n{table(runs, window)}\n\n![{name}](img/{img.name})\n")
-        replace_section(name, body)
+        plot(runs, IMG_DIR / f"bench_{name}.png",
+             f"{rate:.0f} rows/s, {far_rows:,} far-future rows, {what}")
+        replace_section(name, section(load_results(name)))
+
+
+def section(data: dict[str, Any]) -> str:
+    """A "Core steady load" section of docs/benchmarks.md from a results document."""
+    runs, info, scenario = data["runs"], data["machine"], data["scenario"]
+    cfg = runs[0]["config"]
+    seconds, sample_s = cfg["seconds"], cfg["sample_s"]
+    window = min(600.0, seconds / 3)
+    span = f"{window / 60:g} minutes" if window >= 60 else f"{window:g} s"
+    what = "one snapshot held from 5 s on" if scenario == "snapshot" else "no snapshot"
+    command = data.get("command") or (
+        f"python bench/bench_churn.py --scenario {scenario} --minutes {seconds / 60:g}"
+        + (" --database-url …" if info.get("server_note") else ""))
+    load = (info["load_average_at_start"][0], info["load_average_at_end"][0])
+    how = prose(f"""
+{cfg['rate']:.0f} rows/s offered due now, polled and acked by two consumer threads as the
+transport does, with {cfg['far_rows']:,} far-future rows in the table, {what}; first vs last
+{span} (medians of {sample_s:g} s windows). {server_text(info, runs)}.""")
+    return f"""## Core steady load: {scenario}
+
+{run_line(command, data.get("revision"), data.get("finished_at"), info, load)}
+
+{table(runs, window)}
+
+![churn_{scenario}](img/bench_churn_{scenario}.png)
+
+{how}
+"""
 
 
 if __name__ == "__main__":

@@ -21,29 +21,18 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import click
 import psycopg
-from psycopg import sql
-from rich.progress import Progress
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import (  # noqa: E402
+from _common import (
     IMG_DIR,
-    REPO_ROOT,
-    Exhausted,
-    Meter,
-    Series,
-    Workload,
+    command_line,
     console,
     database_url_option,
     fmt_rate,
@@ -52,17 +41,27 @@ from _common import (  # noqa: E402
     grouped_bar_chart,
     machine_info,
     markdown_table,
-    measure_interleaved,
-    paired_ratio,
     progress_bar,
+    prose,
     replace_section,
-    reporter,
-    timed_task,
+    run_line,
     vacuum_analyze,
     write_results,
 )
+from _core_meter import (
+    Exhausted,
+    Meter,
+    Series,
+    Workload,
+    measure_interleaved,
+    paired_ratio,
+    reporter,
+    timed_task,
+)
+from psycopg import sql
+from rich.progress import Progress
 
-from delayq_transport import Database, DelayedQueue, Offer, OfferOutcome, migrate  # noqa: E402
+from delayq_transport import Database, DelayedQueue, Offer, OfferOutcome, migrate
 
 TABLE = "delayed_queue"
 KIND = "bench"
@@ -353,6 +352,7 @@ def results_json(ops: list[Operation], settings: Settings, info: dict[str, Any],
                  wall_s: float) -> dict[str, Any]:
     return {
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": command_line(),
         "settings": dict(settings.__dict__, payload_bytes=PAYLOAD_BYTES,
                          batch_chunk=BATCH_CHUNK, poll_batch=POLL_BATCH),
         "machine": info,
@@ -376,105 +376,72 @@ def results_json(ops: list[Operation], settings: Settings, info: dict[str, Any],
     }
 
 
-def table_rows(ops: list[Operation]) -> list[list[str]]:
+def table_rows(operations: list[dict[str, Any]]) -> list[list[str]]:
     return [
-        [op.label, fmt_rate(op.results["delayq"].median_rate),
-         fmt_rate(op.results["raw"].median_rate), f"{op.ratio():.0%}",
-         op.target.describe(), "yes" if op.met() else "**no**"]
-        for op in ops
+        [op["label"], fmt_rate(op["delayq"]["median_per_s"]), fmt_rate(op["raw"]["median_per_s"]),
+         f"{op['ratio']:.1%}", op["target"]["text"], "yes" if op["met"] else "**no**"]
+        for op in operations
     ]
 
 
-def notes(ops: list[Operation]) -> list[str]:
+def notes(operations: list[dict[str, Any]]) -> list[str]:
     """Plain statements about each missed target, derived from the figures of this run."""
     lines = []
-    for op in ops:
-        if op.met():
+    for op in operations:
+        if op["met"]:
             continue
-        dq, raw = op.results["delayq"].median_rate, op.results["raw"].median_rate
-        head = f"- **{op.label}** missed {op.target.describe()}: delayq {fmt_rate(dq)} msgs/s"
-        if op.target.kind == "rate" and raw < op.target.value:
+        dq, raw = op["delayq"]["median_per_s"], op["raw"]["median_per_s"]
+        target = op["target"]
+        head = f"**{op['label']}** missed {target['text']}: delayq {fmt_rate(dq)} msgs/s"
+        if target["kind"] == "rate" and raw < target["value"]:
             lines.append(
-                f"{head}, and even the raw SQL reached only {fmt_rate(raw)} msgs/s here, so "
-                f"this machine cannot meet the target with one Python client thread whatever "
-                f"the library does; delayq reached {op.ratio():.0%} of that limit."
-            )
-        elif op.target.kind == "rate":
+                f"{head}, and the raw SQL reached only {fmt_rate(raw)} msgs/s here, so this "
+                f"machine cannot meet the target with one Python client thread whatever the "
+                f"library does; delayq reached {op['ratio']:.0%} of that limit.")
+        elif target["kind"] == "rate":
             lines.append(
                 f"{head} while the raw SQL reached {fmt_rate(raw)} msgs/s: delayq's own "
-                f"per-message work (it reached {op.ratio():.0%} of raw) is what misses it."
-            )
+                f"per-message work (it reached {op['ratio']:.0%} of raw) is what misses it.")
         else:
             lines.append(f"{head} against {fmt_rate(raw)} msgs/s for the raw SQL "
-                         f"({op.ratio():.0%}).")
+                         f"({op['ratio']:.0%}).")
     return lines
 
 
-def markdown_section(ops: list[Operation], data: dict[str, Any], chart: Path,
-                     results: Path) -> str:
-    m, s = data["machine"], data["settings"]
-    pg = m["postgresql"]
-    missed = notes(ops)
-    table = markdown_table(TABLE_HEADERS, table_rows(ops), align="lrrrll")
-    commit_ms = 1000 / max(ops[0].results["raw"].median_rate, 1e-9)
-    load = f"{m['load_average_at_start'][0]:.2f} at start, {data['load_average_at_end']:.2f} at end"
-    busy = data["load_average_at_end"] > 0.5 * (m["cpu_count"] or 1)
-    return f"""
-## Queue core
+def section(data: dict[str, Any]) -> str:
+    """The "Queue core" section of docs/benchmarks.md from a results document."""
+    m, s, ops = data["machine"], data["settings"], data["operations"]
+    load = (m["load_average_at_start"][0], data["load_average_at_end"])
+    busy = load[1] > 0.5 * (m["cpu_count"] or 1)
+    commit_ms = 1000 / max(ops[0]["raw"]["median_per_s"], 1e-9)
+    command = data.get("command", "python bench/bench_core.py")
+    how = prose(f"""
+`DelayedQueue` next to the least raw SQL doing each job on one connection, same `{TABLE}` table
+and triggers, {s['payload_bytes']}-byte payloads; the raw side skips validation, per-item
+outcomes, envelopes, the (id, lock) match of acks and the pool. Both sides alternate in
+{s['slice_seconds']} s slices until each has {s['seconds']} s of measured time; medians of
+{s['rounds']} rounds. Every statement is its own transaction, so a single-message call waits
+for one WAL flush ({commit_ms:.2f} ms per commit in this run).""")
+    missed = "\n\n".join(prose(n) for n in notes(ops))
+    return f"""## Queue core
 
-`python3 bench/bench_core.py` measures `DelayedQueue` next to the plainest psycopg 3 code
-doing the same work on one connection — the reference for one client thread — against the same
-`{TABLE}` table created by `delayq migrate` (indexes and NOTIFY triggers included), with
-{s['payload_bytes']}-byte payloads. Each round of each operation starts from a truncated table
-(poll phases: filled with due rows, then vacuumed), warms both sides up for
-{s['warmup_seconds']} s untimed, then runs them interleaved in slices of
-{s['slice_seconds']} s (at least one call) until each side has {s['seconds']} s of measured
-time, so both see the same background load. Rates are medians of {s['rounds']} round(s);
-delayq/raw is the median of the per-round ratios. Raw samples: `{results.relative_to(REPO_ROOT)}`.
-
-Run of {data['finished_at']}: {m['cpu_count']} × {m['cpu_model']}, PostgreSQL
-{pg['server_version'].split()[0]} (`synchronous_commit={pg['synchronous_commit']}`,
-`fsync={pg['fsync']}`), Python {m['python']}, psycopg {m['psycopg']} ({m['psycopg_impl']}),
-revision {data['git_revision']}, {data['wall_seconds']:.0f} s in all, load average {load}.
+{run_line(command, data.get("git_revision"), data.get("finished_at"), m, load)}
 {BUSY_WARNING if busy else ""}
-{table}
+{markdown_table(TABLE_HEADERS, table_rows(ops), align="lrrrll")}
 
-![Queue core: delayq against raw SQL, msgs/s (log scale)](img/{chart.name})
+![Queue core: delayq against raw SQL, msgs/s (log scale)](img/{CHART.name})
 
-{chr(10).join(missed) if missed else "Every target was met in this run."}
-
-**What the raw side runs** (values bound, arrays in binary, prepared by psycopg after five
-runs): a single-row `INSERT ... ON CONFLICT DO NOTHING`; `INSERT ... SELECT FROM unnest(keys,
-payloads, ats) ON CONFLICT DO NOTHING` per chunk of {s['batch_chunk']}; `UPDATE ... SET
-"lockUuid" = $lock, "scheduledAt" = now + lease WHERE id IN (SELECT ... ORDER BY
-"scheduledAt" LIMIT n FOR UPDATE SKIP LOCKED) RETURNING ...` then `DELETE WHERE id = $1`
-(n = 1) or `DELETE WHERE id = ANY($1)` (n = {s['poll_batch']}). It skips what delayq adds:
-input validation, datetime conversion, per-item outcomes (`RETURNING` of the created keys),
-envelopes, ack matched on (id, lock), the connection pool. Where delayq's own statement is
-cheaper than this plain form (its acquire is a CTE with a lateral scan per kind, planned
-differently), delayq can come out above 100%.
-
-**Reading the figures.** Every statement is its own transaction on both sides, so each
-single-message call waits for one WAL flush (`synchronous_commit=on`): about
-{commit_ms:.2f} ms per commit in this run, which bounds both single-message columns. The
-100-row acquire rewrites every row it takes (new lock and lease: a non-HOT update that adds
-an entry to each of the table's four indexes) and the ack deletes it again, so the batched
-poll is bound by server-side work that raw SQL pays too. On a 2-core machine the Python
-client and the PostgreSQL backend share the two cores, so every microsecond of client work
-per message is taken from the server, and anything else running on the machine shows up
-directly in the absolute rates (the ratios, measured interleaved, are steadier).
+{missed + chr(10) + chr(10) if missed else ""}{how}
 """
 
 
-BUSY_WARNING = (
-    "\n**The machine was busy during this run** (load average above half the cores): absolute "
-    "rates are depressed and noisy; compare the ratios, or re-run on a quiet machine.\n"
-)
+BUSY_WARNING = "\n" + prose("**A busy machine** (load average above half the cores): the "
+                             "absolute rates are low and noisy; compare the ratios.") + "\n"
 TABLE_HEADERS = ["Operation", "delayq msgs/s", "raw SQL msgs/s", "delayq/raw", "Target", "Met?"]
 
 
-def report(ops: list[Operation], data: dict[str, Any], results: Path, write_docs: bool) -> None:
-    print(markdown_table(TABLE_HEADERS, table_rows(ops), align="lrrrll"))
+def report(ops: list[Operation], data: dict[str, Any], write_docs: bool) -> None:
+    print(markdown_table(TABLE_HEADERS, table_rows(data["operations"]), align="lrrrll"))
     if not write_docs:
         return
     grouped_bar_chart(
@@ -485,7 +452,7 @@ def report(ops: list[Operation], data: dict[str, Any], results: Path, write_docs
         log_scale=True,
         targets=[op.target.value if op.target.kind == "rate" else None for op in ops],
     )
-    path = replace_section("core", markdown_section(ops, data, CHART, results))
+    path = replace_section("core", section(data))
     console.print(f"wrote {path} and {CHART}")
 
 
@@ -511,7 +478,7 @@ def main(database_url: str, quick: bool, seconds: float | None, rounds: int | No
     data = results_json(ops, settings, info, time.perf_counter() - started)
     path = write_results("core_quick" if quick else "core", data)
     console.print(f"wrote {path}")
-    report(ops, data, path, (not quick) if write_docs is None else write_docs)
+    report(ops, data, (not quick) if write_docs is None else write_docs)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,14 @@ import psycopg
 from _common import (
     DEFAULT_ADMIN_URL,
     REPO_ROOT,
+    command_line,
     git_revision,
+    load_results,
+    machine_info,
     markdown_table,
+    prose,
     replace_section,
+    run_line,
     url_for,
     write_results,
 )
@@ -171,10 +176,11 @@ def main(admin_url: str, sizes: tuple[int, ...], due: int, rounds: int, exact_ro
                 for rows in sizes:
                     admin.execute(f'DROP DATABASE IF EXISTS "{_db_name(rows)}" WITH (FORCE)')
     load_after = os.getloadavg()
-    data = {"revision": git_revision(), "loadavg_before": load_before,
+    data = {"command": command_line(), "revision": git_revision(),
+            "machine": machine_info(admin_url), "loadavg_before": load_before,
             "loadavg_after": load_after, "results": results}
     write_results("counts", data)
-    render_section(data)
+    replace_section("counts", section(load_results("counts")))
 
 
 def _rows_label(r: dict[str, Any]) -> str:
@@ -184,44 +190,31 @@ def _rows_label(r: dict[str, Any]) -> str:
     return f"{short(r['rows'])} + {short(r['due'])} due, {r['state']}"
 
 
-def render_section(data: dict[str, Any]) -> None:
-    """The docs/benchmarks.md section from a results document (also ``--render-only``)."""
+def section(data: dict[str, Any]) -> str:
+    """The "Counts at size" section of docs/benchmarks.md from a results document."""
     results = data["results"]
     ops = list(results[0]["median_ms"])
     table = markdown_table(
         ["operation (median ms)"] + [_rows_label(r) for r in results],
         [[op] + [f"{r['median_ms'][op]:.1f}" for r in results] for op in ops],
         "l" + "r" * len(results))
-    replace_section("counts", (
-        "## Counts at size (issue 10)\n\n"
-        "kombu's queue size (`message_count`, asked at every worker start), `delayq status` "
-        "and a Prometheus scrape against tables of far-future rows plus a due backlog (at or "
-        "above the count cap of 100,000 from 1M rows on), next to the exact counts they replaced "
-        f"(`bench/bench_counts.py`, revision {data['revision']}; load average "
-        f"{data['loadavg_before'][0]:.1f} before, {data['loadavg_after'][0]:.1f} after, other "
-        "engineers' work on the same 2 cores: absolute times are noisy). \"fresh load\": "
-        "planner statistics wiped, as right after a Spark bulk load; rows loaded with "
-        "generate_series.\n\n" + table + "\n\n"
-        "Reading it: every bounded count reads at most the cap's worth of index entries, so "
-        "from 1M rows on its time no longer grows with the table (the due backlog is at the "
-        "cap there); the exact counts grow linearly with the table. *health* reads catalogs "
-        "only. The *process* rows are medians of whole `python -m delayq_transport` runs "
-        "(the issue's < 1 s is for these), next to the bare interpreter's start-up: the "
-        "difference is delayq's imports plus the statements. Since the CLI loads plugin "
-        "commands lazily, `delayq status` imports neither Celery nor Starlette nor pyspark."))
+    command = data.get("command", "python bench/bench_counts.py --rows 10000 --rows 10000000")
+    load = (data["loadavg_before"][0], data["loadavg_after"][0])
+    how = prose("""
+kombu's queue size (asked at every worker start), `delayq status` and a metrics scrape on far-
+future rows plus a due backlog, next to the exact counts they replaced; "fresh load": planner
+statistics wiped, as after a bulk load. A bounded count reads at most the cap's worth (100,000)
+of index entries, so from 1M rows on it no longer grows with the table. The *process* rows are
+whole `python -m delayq_transport` runs.""")
+    return f"""## Counts at size
 
+{run_line(command, data.get("revision"), data.get("finished_at"), data.get("machine"), load)}
 
-@click.command("render")
-def render_only() -> None:
-    """Rewrite the docs section from bench/results/counts.json without measuring."""
-    import json
+{table}
 
-    from _common import RESULTS_DIR
+{how}
+"""
 
-    render_section(json.loads((RESULTS_DIR / "counts.json").read_text()))
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--render-only"]:
-        render_only.main([], standalone_mode=True)
-    else:
-        main()
+    main()

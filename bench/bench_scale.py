@@ -1,4 +1,4 @@
-"""Celery at scale (issue 10, part 7): delayq with millions of waiting rows and with a held
+"""Celery at scale: delayq with millions of waiting rows and with a held
 snapshot, next to the same Celery workload on Redis (no MVCC: the reference line).
 
 Parts (``--parts``):
@@ -20,8 +20,8 @@ Parts (``--parts``):
   held the whole time, and for Redis.
 
 Writes ``bench/results/scale.json``, ``docs/img/bench_scale_*.png`` and the ``scale`` section of
-``docs/benchmarks.md``. Hold the bench lock: ``flock /tmp/delayq-bench.lock python
-bench/bench_scale.py``.
+``docs/benchmarks.md`` (the snapshot part, ``_scale_snapshot.py``: ``scale_snapshot``). Hold
+the bench lock: ``flock /tmp/delayq-bench.lock python bench/bench_scale.py``.
 """
 
 from __future__ import annotations
@@ -31,42 +31,34 @@ import json
 import os
 import signal
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
+import _scale_snapshot as snapshot
 import click
 import psycopg
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _scale_snapshot as snapshot  # noqa: E402
-from _common import (  # noqa: E402
+from _celery import BrokerRun, Settings, broker_state, delayq_run, on_sigterm
+from _common import (
     DEFAULT_ADMIN_URL,
     IMG_DIR,
-    RESULTS_DIR,
     checkpoint,
+    command_line,
     console,
     fresh_database,
     git_revision,
+    load_far_rows,
+    load_results,
     machine_info,
     markdown_table,
     progress_bar,
+    prose,
     replace_section,
+    run_line,
     write_results,
 )
-from _scale_snapshot import _delayq_run, part_snapshot  # noqa: E402
-from _steady import load_far_rows  # noqa: E402
-from bench_celery import (  # noqa: E402
-    BrokerRun,
-    Settings,
-    _on_sigterm,
-    broker_state,
-    phase_drain,
-    phase_latency,
-)
+from bench_celery import phase_drain, phase_latency
 
-from delayq_transport import DelayedQueue  # noqa: E402
+from delayq_transport import DelayedQueue
 
 WINDOW_S = 10.0
 
@@ -96,8 +88,8 @@ def part_sizes(cfg: Settings, sizes: list[int], rounds: int, progress: Any) -> d
         for size in sizes:
             load_s = load_far_rows(db_url, queue, size - loaded, first=loaded)
             loaded = size
-            big, ref = _delayq_run(db_url, cfg, queue, f"delayq_{size}"), \
-                _delayq_run(ref_url, cfg, queue, f"delayq_ref_{size}")
+            big, ref = delayq_run(db_url, cfg, queue, f"delayq_{size}"), \
+                delayq_run(ref_url, cfg, queue, f"delayq_ref_{size}")
             drains: dict[str, list[dict[str, Any]]] = {"big": [], "ref": []}
             for r in range(rounds):
                 for which in (("ref", "big") if r % 2 == 0 else ("big", "ref")):
@@ -128,10 +120,9 @@ def _strip(latency: dict[str, Any]) -> dict[str, Any]:
 def _keep_other_parts(result: dict[str, Any], name: str) -> None:
     """A part not run this time keeps its previous results (and says from which revision),
     so ``--parts sizes`` does not erase the snapshot runs from the file and the docs."""
-    path = RESULTS_DIR / f"{name}.json"
-    if not path.exists():
+    previous = load_results(name)
+    if not previous:
         return
-    previous = json.loads(path.read_text())
     for part in ("sizes", "snapshot"):
         if part not in result and part in previous:
             result[part] = previous[part]
@@ -174,16 +165,18 @@ def plots(result: dict[str, Any], name: str = "scale") -> list[Path]:
     return paths
 
 
-def docs(result: dict[str, Any], name: str = "scale") -> str:
-    lines = [f"## Celery at scale (issue 10)\n\n`python bench/bench_scale.py` at revision "
-             f"{result['revision']}; worker `-P prefork -c 2`, prefetch 4 (bench_celery's); "
-             f"load average {result['machine']['load_average_at_start'][0]:.1f} at start, "
-             f"{result['load_average_at_end'][0]:.1f} at end (2 cores shared with other "
-             "runs: read ratios, not absolute rates).\n"]
-    sizes = result.get("sizes")
+def section(data: dict[str, Any]) -> str:
+    """The "Celery at scale" section of docs/benchmarks.md from a results document."""
+    name = data.get("benchmark", "scale")
+    load = (data["machine"]["load_average_at_start"][0], data["load_average_at_end"][0])
+    lines = ["## Celery at scale\n",
+             run_line(data.get("command", "python bench/bench_scale.py --parts sizes"),
+                      data.get("revision"), data.get("finished_at"), data["machine"], load)
+             + "\n"]
+    sizes = data.get("sizes")
     if sizes:
-        if "sizes" in result.get("kept", {}):
-            lines.append(f"Sizes kept from an earlier run ({result['kept']['sizes']}).\n")
+        if "sizes" in data.get("kept", {}):
+            lines.append(f"Sizes kept from an earlier run ({data['kept']['sizes']}).\n")
         rows = []
         for r in sizes["delayq"]:
             big = [d.get("seconds") for d in r["drains"]["big"]]
@@ -199,16 +192,18 @@ def docs(result: dict[str, Any], name: str = "scale") -> str:
                      rd["drain"].get("worker_main_cpu_ms_per_task"),
                      rd["latency"]["immediate"].get("p99_ms")])
         ref_rows = f"{sizes['delayq'][0]['far_rows']:,}"
-        lines.append(f"Drain of {sizes['delayq'][0]['drains']['big'][0].get('tasks'):,} no-ops: "
-                     f"median of {sizes['rounds']} drains per size (each in brackets), each "
-                     f"paired with a drain of a reference database holding {ref_rows} rows "
-                     "in the same minutes (alternating order); the ratio is median over "
-                     "median.\n")
         lines.append(markdown_table(["far-future rows", "drain s", f"reference ({ref_rows}) s",
                                      "ratio", "worker main CPU ms/task", "pick-up p99 ms"],
                                     rows, "lllrrr"))
         lines.append(f"\n![sizes](img/bench_{name}_sizes.png)\n")
-    return "\n".join(lines)
+        lines.append(prose(f"""
+Drain of {sizes['delayq'][0]['drains']['big'][0].get('tasks'):,} no-ops by one worker
+(`-P prefork -c 2`, prefetch 4, as bench_celery's) with the far-future rows in the consumed
+queue itself: median of {sizes['rounds']} drains per size (each in brackets), each paired with
+a drain of a reference database holding {ref_rows} rows in the same minutes (alternating
+order); the ratio is median over median. Redis drains the same tasks once for reference.
+The held-snapshot runs have their own section, "Celery with a held snapshot"."""))
+    return "\n".join(lines) + "\n"
 
 
 @click.command()
@@ -235,12 +230,13 @@ def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes
          redis_db: int, counter_db: int, database_url: str, write_docs: bool, name: str,
          server_note: str, redis_from: str) -> None:
     """Drain and pick-up vs waiting rows, and over time with a held snapshot, vs Redis."""
-    signal.signal(signal.SIGTERM, _on_sigterm)  # workers, producers and databases cleaned up
+    signal.signal(signal.SIGTERM, on_sigterm)  # workers, producers and databases cleaned up
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with nohup &
     cfg = Settings.build(True, producers=2, admin_url=database_url, redis_db=redis_db,
                          counter_db=counter_db)
     cfg = dataclasses.replace(cfg, throughput_n=drain_n)
-    result: dict[str, Any] = {"revision": git_revision(), "machine": machine_info(database_url)}
+    result: dict[str, Any] = {"command": command_line(), "revision": git_revision(),
+                              "machine": machine_info(database_url)}
     with progress_bar() as progress:
         if "sizes" in parts:
             result["sizes"] = part_sizes(cfg, [int(s) for s in sizes.split(",")], rounds,
@@ -254,7 +250,7 @@ def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes
                 result["redis_from"] = earlier.get("redis_from") or (
                     f"the run at revision {earlier['revision']} "
                     f"({earlier.get('finished_at', '?')})")
-            result["snapshot"] = part_snapshot(cfg, rate, minutes, progress, redis_run)
+            result["snapshot"] = snapshot.part_snapshot(cfg, rate, minutes, progress, redis_run)
     _keep_other_parts(result, name)
     result["load_average_at_end"] = list(os.getloadavg())
     if "snapshot" in parts:  # its own results file and section: the parts run separately
@@ -263,13 +259,12 @@ def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes
             row = conn.execute("SHOW autovacuum").fetchone()
         result["machine"]["autovacuum"] = str(row[0]) if row else "?"
         result["machine"]["server_note"] = f" ({server_note})" if server_note else ""
-        result.update(rate=rate, minutes=minutes, drain_n=drain_n, command=(
-            f"python bench/bench_scale.py --parts snapshot --minutes {minutes:g} --rate "
-            f"{rate:g} --drain {drain_n}{' --database-url …' if server_note else ''}"
-            f"{' --redis-from …' if redis_from else ''}"))
-        snap_doc = snapshot.docs(result, snap_name)  # also adds the summary to result
-        console.print(snap_doc)
+        result.update(rate=rate, minutes=minutes, drain_n=drain_n)
+        summary = {k: snapshot.summarize(v) for k, v in result["snapshot"].items()}
+        result.update(snapshot_summary=summary, snapshot_verdict=snapshot.verdict(summary))
         console.print(f"results: {write_results(snap_name, result)}")
+        snap_doc = snapshot.section(load_results(snap_name))
+        console.print(snap_doc)
         if write_docs:
             snapshot.plot(result, IMG_DIR / f"bench_{snap_name}.png")
             replace_section(snap_name, snap_doc)
@@ -278,7 +273,7 @@ def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes
         console.print(f"results: {write_results(name, result)}")
         if write_docs:
             plots(result, name)
-            replace_section(name, docs(result, name))
+            replace_section(name, section(load_results(name)))
 
 
 if __name__ == "__main__":

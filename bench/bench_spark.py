@@ -22,9 +22,9 @@ Rates are given as ratios to the raw COPY limit of the same run. Writes
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -35,24 +35,25 @@ from typing import Any
 
 import click
 import psycopg
-from psycopg import sql
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import (  # noqa: E402
+from _common import (
     DEFAULT_ADMIN_URL,
-    REPO_ROOT,
+    IMG_DIR,
     checkpoint,
+    command_line,
     console,
     fmt_rate,
     fresh_database,
     git_revision,
     grouped_bar_chart,
+    load_results,
     machine_info,
     markdown_table,
+    prose,
     replace_section,
+    run_line,
     write_results,
 )
+from psycopg import sql
 
 TASK = "bench_spark.remind"
 QUEUE = "bench_spark"
@@ -64,7 +65,7 @@ CHUNK_ROWS = 50_000
 #: Parquet files per micro-batch: one file is one partition, so a batch of one file would
 #: leave one of the two cores without a writer.
 FILES_PER_BATCH = 4
-PLOT = REPO_ROOT / "docs" / "img" / "bench_spark.png"
+PLOT = IMG_DIR / "bench_spark.png"
 
 
 def etas_base() -> datetime:
@@ -118,13 +119,13 @@ def copy_limit(url: str, rows: int, base: datetime) -> dict[str, Any]:
     with Database(url, max_size=1) as db:
         spent = 0.0
         for chunk in message_chunks(rows, base, now_ms, direct=True):
-            spent += timed(lambda c=chunk: copy_direct(db, "bench_copy", [c]))[0]
+            spent += timed(functools.partial(copy_direct, db, "bench_copy", [chunk]))[0]
         out["copy_seconds"], out["copy_rate"] = spent, rows / spent
         spent, created = 0.0, 0
         with BulkWriter(db, table="bench_merge") as writer:
             for chunk, n in zip(message_chunks(rows, base, now_ms, direct=False),
                                 _chunk_sizes(rows), strict=True):
-                spent += timed(lambda c=chunk, n=n: writer.write(c, n))[0]
+                spent += timed(functools.partial(writer.write, chunk, n))[0]
             spent += timed(writer.flush)[0]
             created = writer.counts.created
         assert created == rows, created
@@ -258,7 +259,7 @@ def apply_async_rate(broker_url: str, sample: int, base: datetime) -> float:
 
     for i in range(200):
         publish(10**9 + i)
-    seconds, _ = timed(lambda: [publish(i) for i in range(sample)])
+    seconds, _ = timed(lambda: [publish(i) for i in range(sample)])  # type: ignore[func-returns-value]
     return sample / seconds
 
 
@@ -316,50 +317,32 @@ def plot(data: dict[str, Any]) -> Path:
                              ylabel="rows/s", log_scale=True)
 
 
-def markdown_section(data: dict[str, Any], results: Path, image: Path) -> str:
-    m, s = data["machine"], data["schedule"]
-    pg = m["postgresql"]
+def section(data: dict[str, Any]) -> str:
+    """The "Spark pipeline" section of docs/benchmarks.md from a results document."""
+    s = data["schedule"]
     limit = data["copy"]["copy_rate"]
     ratio, rerun_ratio = s["rate"] / limit, s["rerun_rate"] / limit
     met = "met" if ratio >= TARGET_RATIO and s["rerun_rate"] >= s["rate"] else "**not met**"
     table = markdown_table(["What", "Rows", "Seconds", "Rows/s", "vs COPY limit"],
                            result_rows(data), align="lrrrr")
-    load = ", ".join(f"{a:.2f}" for a in data["load_average"])
+    loads = data["load_average"]
+    command = data.get("command", "python bench/bench_spark.py")
+    how = prose(f"""
+The limit is one Python process binary-COPYing ready messages (built untimed) into a queue table
+with its indexes and trigger; `schedule_tasks` runs end to end, job start to return, its counts
+checked exactly. The JVM, the Python workers and PostgreSQL share the 2 cores, so compare the
+ratios to the COPY limit of the same run. Target: `schedule_tasks` ≥ {TARGET_RATIO}× the limit
+and the re-run at least as fast: {met} ({ratio:.2f}×, re-run {rerun_ratio:.2f}×).""")
     return f"""## Spark pipeline
 
-`flock /tmp/delayq-bench.lock python3 bench/bench_spark.py` measures, in one run on one fresh
-database: the raw COPY limit (one Python process binary-COPYing ready messages for the same
-{s['rows']:,} tasks into a queue table with its indexes and trigger; building the messages
-is not timed), the same rows through `core.bulk.BulkWriter` (COPY into a TEMP table, one
-`INSERT ... ON CONFLICT` per 50,000 rows), then `schedule_tasks` end to end (job start to
-return, counts checked exactly: {s['rows']:,} created, then {s['rows']:,} ignored),
-`schedule_stream` over parquet files, `queue_dataframe` over a {data['read']['rows']:,}-row
-table, and `apply_async(eta=...)` on delayq and Redis (a {data['sample']:,}-call sample).
-Raw figures: `{results.relative_to(REPO_ROOT)}`.
-
-Run of {data['finished_at']}: {m['cpu_count']} × {m['cpu_model']}, PostgreSQL
-{pg['server_version'].split()[0]} (`synchronous_commit={pg['synchronous_commit']}`),
-Python {m['python']}, revision {data['git_revision']}, load average (1 min) at the start
-of each phase and at the end: {load}. The machine is shared (2 cores): rates move by tens of
-percent between runs; the ratios to the COPY limit of the same run are the figures to compare.
+{run_line(command, data.get("git_revision"), data.get("finished_at"), data["machine"],
+          (loads[0], loads[-1]))}
 
 {table}
 
-![Spark pipeline rates]({image.relative_to(REPO_ROOT / 'docs')})
+![Spark pipeline rates](img/{PLOT.name})
 
-Target: `schedule_tasks` at ≥ {TARGET_RATIO}× the COPY limit and the re-run at least as fast:
-{met} (first run {ratio:.2f}×, re-run {rerun_ratio:.2f}×). The 30,245 rows/s of the previous
-version did not reproduce (12,911 rows/s on a quiet machine, issue 13).
-
-**Where the time goes.** The previous version built each message row by row in Python after
-shipping every Row from the JVM: its all-ignored re-run, which stores nothing, was barely
-faster than the first run. Now Spark's generated code builds
-the message bytes and the binary COPY tuple (two SHA-1 for the key and the delivery tag, the
-base64 body, the `repr`s), the Python worker only streams Arrow buffers into
-`COPY ... FROM STDIN (FORMAT binary)`, and PostgreSQL merges 50,000 staged rows per
-statement. On 2 cores the JVM, the two Python workers and two PostgreSQL backends share the
-CPU, so the pipeline cannot reach a single process's COPY rate there; executors on more cores
-scale the Spark side, and the merge is then the limit (the "COPY + merge" row).
+{how}
 """
 
 
@@ -411,14 +394,14 @@ def main(database_url: str, rows: int | None, stream_rows: int | None, read_rows
         loads.append(os.getloadavg()[0])
         data["apply_async"] = apply_async_runs(url, redis_url, sample, base)
     loads.append(os.getloadavg()[0])
-    data.update(git_revision=git_revision(), load_average=loads)
+    data.update(command=command_line(), git_revision=git_revision(), load_average=loads)
     path = write_results("spark_quick" if quick else "spark", data)
-    data["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    console.print(f"results: {path}")
     console.print(markdown_table(["What", "Rows", "Seconds", "Rows/s", "vs COPY limit"],
                                  result_rows(data), align="lrrrr"))
     if (not quick) if write_docs is None else write_docs:
-        image = plot(data)
-        console.print(f"wrote {replace_section('spark', markdown_section(data, path, image))}")
+        plot(data)
+        console.print(f"wrote {replace_section('spark', section(load_results('spark')))}")
 
 
 if __name__ == "__main__":

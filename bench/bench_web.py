@@ -19,24 +19,25 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 import httpx
 import psycopg
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+from _common import (
+    command_line,
     fresh_database,
     git_revision,
+    load_results,
     machine_info,
     markdown_table,
+    prose,
     replace_section,
+    run_line,
     write_results,
 )
 
-from delayq_transport import Database, migrate  # noqa: E402
+from delayq_transport import Database, migrate
 
 KINDS = ["celery", "celery\x06\x163", "mail", "reports"]
 TARGET_MS = 300
@@ -62,7 +63,9 @@ def build(url: str, rows: int) -> dict[str, Any]:
         migrate(db, "delayed_queue")
     common = payload("app.remind", [{"user": 123456, "email": "someone@example.com"}])
     with psycopg.connect(url, autocommit=True) as conn:
-        now = conn.execute("SELECT (extract(epoch FROM now()) * 1000)::bigint").fetchone()[0]
+        row = conn.execute("SELECT (extract(epoch FROM now()) * 1000)::bigint").fetchone()
+        assert row is not None
+        now = row[0]
         indexes = [r[0] for r in conn.execute(
             "SELECT indexdef FROM pg_indexes WHERE tablename = 'delayed_queue'"
             " AND indexname LIKE '%%Index'")]
@@ -90,8 +93,10 @@ def build(url: str, rows: int) -> dict[str, Any]:
         conn.execute("VACUUM ANALYZE delayed_queue")
         some = conn.execute("""SELECT "id", "pKey" FROM delayed_queue WHERE "lockUuid" IS NULL
                                AND id % 1000 = 3 LIMIT 60""").fetchall()
-        size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('delayed_queue'))"
-                            ).fetchone()[0]
+        row = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('delayed_queue'))"
+                           ).fetchone()
+        assert row is not None
+        size = row[0]
     return {"now": now, "rows": rows, "build_s": time.perf_counter() - started, "size": size,
             "ids": [r[0] for r in some], "keys": [r[1] for r in some]}
 
@@ -158,6 +163,7 @@ def run_rounds(base: str, eps: list[tuple[str, str, str]], info: dict[str, Any],
         headers = {"X-CSRF-Token": token}
         for r in range(rounds + 1):  # round 0 warms up and is not recorded
             for name, method, path in eps:
+                req: tuple[str, str, dict[str, Any]]
                 if method == "POST":
                     req = ("POST", f"/api/tasks/{info['ids'][2]}/reschedule",
                            {"json": {"in": f"{3 + r}h"}})
@@ -201,40 +207,49 @@ def main(admin_url: str, rows: int, rounds: int, update_docs: bool) -> None:
             server.terminate()
             server.wait(timeout=30)
     load_after = os.getloadavg()
-    results = {name: {"median_ms": statistics.median(v), "max_ms": max(v), "samples": v}
-               for name, v in timings.items()}
+    results: dict[str, dict[str, Any]] = {
+        name: {"median_ms": statistics.median(v), "max_ms": max(v), "samples": v}
+        for name, v in timings.items()}
     worst = max(r["median_ms"] for r in results.values())
-    data = {"revision": git_revision(), "machine": machine, "rows": rows, "rounds": rounds,
+    data = {"command": command_line(), "revision": git_revision(), "machine": machine,
+            "rows": rows, "rounds": rounds,
             "table_size": info["size"], "build_s": info["build_s"],
             "load_before": load_before, "load_after": load_after, "endpoints": results,
             "worst_median_ms": worst}
     write_results("web", data)
-    table = markdown_table(
-        ["endpoint", "median ms", "worst round ms", f"< {TARGET_MS} ms"],
-        [[name, f"{r['median_ms']:.0f}", f"{r['max_ms']:.0f}",
-          "yes" if r["median_ms"] < TARGET_MS else "**no**"] for name, r in results.items()],
-        "lrrc")
     for name, r in results.items():
         print(f"{name:45s} median {r['median_ms']:7.1f} ms  worst {r['max_ms']:7.1f} ms")
     print(f"load average before {load_before}, after {load_after}")
     if update_docs:
-        replace_section("web", f"""## Web page and JSON API at {rows:,} rows (`bench/bench_web.py`)
+        replace_section("web", section(load_results("web")))
 
+
+def section(data: dict[str, Any]) -> str:
+    """The web page's section of docs/benchmarks.md from a results document."""
+    table = markdown_table(
+        ["endpoint", "median ms", "worst round ms", f"< {TARGET_MS} ms"],
+        [[name, f"{r['median_ms']:.0f}", f"{r['max_ms']:.0f}",
+          "yes" if r["median_ms"] < TARGET_MS else "**no**"]
+         for name, r in data["endpoints"].items()], "lrrc")
+    load = (data["load_before"][0], data["load_after"][0])
+    command = data.get("command", "python bench/bench_web.py")
+    how = prose(f"""
 Every page and API call of `delayq web`, over HTTP against a `delayq web` server process, on a
-queue table of {rows:,} rows ({info['size']}: 4 queues, a 50k-row due backlog, the rest spread
-over 30 days, 200 in flight). {rounds} interleaved rounds after a warm-up; median and worst
-round. Target: every call < {TARGET_MS} ms. Revision `{data['revision']}`, load average
-{load_before[0]:.1f} before / {load_after[0]:.1f} after on a 2-core machine shared with other
-jobs (the worst-round column carries that noise).
+queue table of {data['rows']:,} rows ({data['table_size']}: 4 queues, a 50k-row due backlog,
+the rest spread over 30 days, 200 in flight); {data['rounds']} interleaved rounds after a
+warm-up, median and worst round (which carries the machine's background load). Target: every
+call < {TARGET_MS} ms. Filters the index cannot answer (state=redelivered, task name, argument
+search) scan for at most 150 ms / 5,000 rows per request and say on the page where they
+stopped; counts stop at 5,000 per queue; timeline buckets over 500 rows are estimated from the
+planner's histogram.""")
+    return f"""## Web page and JSON API at {data['rows']:,} rows (`bench/bench_web.py`)
+
+{run_line(command, data.get("revision"), data.get("finished_at"), data.get("machine"), load)}
 
 {table}
 
-Filters the index cannot answer (state=redelivered, task name, argument search) scan for at
-most 150 ms / 5,000 rows per request and say on the page where they stopped (a "next page" link
-continues); counts stop at 5,000 per queue; timeline buckets over 500 rows are estimated from
-the planner's histogram.
-No index was added for the page, so publishing costs the same as before.
-""")
+{how}
+"""
 
 
 if __name__ == "__main__":

@@ -97,3 +97,7 @@ def sleepy(self: Any, key: str, seconds: float) -> None:
         "redelivered": bool(info.get("redelivered")),
     }))
     time.sleep(seconds)
+
+
+if __name__ == "__main__":  # a module bench_celery.py's processes load, not a script
+    print(__doc__)

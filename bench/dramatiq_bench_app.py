@@ -14,6 +14,10 @@ import time
 import dramatiq
 import redis
 
+if __name__ == "__main__":  # a module bench_dramatiq.py's processes load, not a script
+    print(__doc__)
+    raise SystemExit(0)
+
 KIND = os.environ["DQB_BROKER"]
 URL = os.environ["DQB_URL"]
 QUEUE = os.environ.get("DQB_QUEUE", "bench")

@@ -2,7 +2,7 @@
 
 Why: a publish is otherwise one round trip and one single-row INSERT with its own commit and
 NOTIFY; a producer sending tasks one by one pays that per task in its own CPU, in its backend's
-and in the listening backends' (``docs/benchmarks.md``, *Against RabbitMQ*). Buffered, the
+and in the listening backends' (``docs/benchmarks.md``, *Celery against RabbitMQ: the latest runs*). Buffered, the
 rows of ``linger`` seconds go out as one multi-row insert per kind (``offer_batch``): one round
 trip, one commit, one NOTIFY per statement.
 

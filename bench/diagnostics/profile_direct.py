@@ -1,4 +1,4 @@
-"""Client CPU of the hot statements on libpq itself vs through psycopg's cursor (issue 11).
+"""Client CPU of the hot statements on libpq itself vs through psycopg's cursor.
 
 ``core/direct.py`` runs the publish (``offer_insert``) and the poll (``try_poll_many``) with
 ``PGconn.exec_prepared``. This measures, on one connection of a fresh database, the client
@@ -29,7 +29,7 @@ from typing import Any
 
 import click
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common, the harness
 
 from _common import DEFAULT_ADMIN_URL, console, fresh_database  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""PostgreSQL's CPU per task by the role of each backend, beside a Celery benchmark (issue 11).
+"""PostgreSQL's CPU per task by the role of each backend, beside a Celery benchmark.
 
 Every 0.2 s it reads ``pg_stat_activity`` and each backend's CPU time (psutil), and names each
 backend by what it serves: the client process at the other end of its TCP connection (a
@@ -6,12 +6,12 @@ benchmark producer, the Celery worker, something else), ``:listen`` for a connec
 statement was ``LISTEN``, or the auxiliary process type (WAL writer, checkpointer). At the end
 it prints each role's CPU seconds, and µs per task when ``--tasks`` says how many ran.
 
-Why it exists: in stop 23's runs PostgreSQL spent ~85 µs per task more than RabbitMQ's server
+Why it exists: end to end, PostgreSQL spends more CPU per task than RabbitMQ's server
 (``profile_celery.py --e2e``); this says which backends spend it. Backends that start and end
 between two samples are missed, so the sum is a lower bound.
 
-    python3 bench/pg_roles.py --seconds 45 --tasks 30600 &
-    python3 bench/bench_celery.py --only throughput --brokers delayq --no-write
+    python bench/diagnostics/pg_roles.py --seconds 45 --tasks 30600 &
+    python bench/bench_celery.py --only throughput --brokers delayq --no-write
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 import click
 import psutil
 import psycopg
-from cpu_shares import _group
+from cpu_shares import process_group
 
 
 def _client_role(pid: int | None) -> str:
@@ -31,7 +31,7 @@ def _client_role(pid: int | None) -> str:
         return "other"
     try:
         proc = psutil.Process(pid)
-        return _group(proc, " ".join(proc.cmdline()))
+        return process_group(proc, " ".join(proc.cmdline()))
     except psutil.Error:
         return "other"
 

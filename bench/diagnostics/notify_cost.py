@@ -1,4 +1,4 @@
-"""What the publish's NOTIFY costs the machine (issue 11), with ``pgbench``.
+"""What the publish's NOTIFY costs the machine, with ``pgbench``.
 
 The publish statement (``offer_insert`` of queries.sql, as the queue formats it) sends its own
 wake-up with ``pg_notify``. This runs it with ``pgbench`` (2 clients, prepared, ``synchronous_
@@ -8,7 +8,7 @@ shipped and once with the ``pg_notify`` column taken out, alternately, while one
 from an empty table. It prints the whole machine's CPU per insert (every process: pgbench,
 the backends, the listener's backend, the WAL writer), from ``/proc/stat``.
 
-    python3 bench/notify_cost.py --rounds 4 --inserts 10000
+    python bench/diagnostics/notify_cost.py --rounds 4 --inserts 10000
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ from pathlib import Path
 
 import click
 import psycopg
-from _common import fresh_database
-from cpu_shares import _machine
 
-from delayq_transport.core.queries import Queries, notify_channel
-from delayq_transport.core.queue import DelayedQueue
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common, the harness
+
+from _common import DEFAULT_ADMIN_URL, fresh_database, machine_cpu  # noqa: E402
+
+from delayq_transport.core.queries import Queries, notify_channel  # noqa: E402
+from delayq_transport.core.queue import DelayedQueue  # noqa: E402
 
 TABLE = "delayed_queue"
 _PAYLOAD = "convert_to(repeat('x', 1200), 'UTF8')"  # about a Celery no-op message
@@ -70,16 +72,16 @@ def one_round(url: str, script: Path, inserts: int) -> float:
         conn.execute(f"TRUNCATE {TABLE}")
         conn.execute("CHECKPOINT")
     env = {"PGOPTIONS": "-c synchronous_commit=off", "PATH": "/usr/bin:/bin"}
-    before = _machine()[0]
+    before = machine_cpu()[0]
     subprocess.run(["pgbench", "-n", "-f", str(script), "-c", "2", "-j", "2", "-t",
                     str(inserts // 2), "-M", "prepared", "-d", url], env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return (_machine()[0] - before) * 1e6 / inserts
+    return (machine_cpu()[0] - before) * 1e6 / inserts
 
 
 @click.command()
-@click.option("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres",
-              show_default=True, help="PostgreSQL URL allowed to create a scratch database.")
+@click.option("--admin-url", default=DEFAULT_ADMIN_URL, show_default=True,
+              help="PostgreSQL URL allowed to create a scratch database.")
 @click.option("--rounds", default=4, show_default=True)
 @click.option("--inserts", default=20000, show_default=True, help="Inserts per run.")
 def main(admin_url: str, rounds: int, inserts: int) -> None:

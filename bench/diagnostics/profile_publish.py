@@ -1,4 +1,4 @@
-"""CPU of one single-row publish (issue 11): the producer, its PostgreSQL backend, the listener.
+"""CPU of one single-row publish: the producer, its PostgreSQL backend, the listener.
 
 ``DelayedQueue.offer(durable=False)`` (what the kombu transport's ``_put`` calls by default) of
 a ~1 KB payload, N times on one connection of a fresh database, while another process LISTENs
@@ -23,9 +23,9 @@ from pathlib import Path
 import click
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common, the harness
 
-from _common import DEFAULT_ADMIN_URL, console, fresh_database  # noqa: E402
+from _common import DEFAULT_ADMIN_URL, console, cpu_seconds, fresh_database  # noqa: E402
 
 from delayq_transport import Database, DelayedQueue  # noqa: E402
 from delayq_transport.core.queries import notify_channel  # noqa: E402
@@ -48,8 +48,7 @@ print(n, flush=True)
 
 
 def _cpu_s(pid: int) -> float:
-    t = psutil.Process(pid).cpu_times()
-    return t.user + t.system
+    return cpu_seconds(psutil.Process(pid))
 
 
 def one_run(url: str, n: int) -> dict[str, float]:

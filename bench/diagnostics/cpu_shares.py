@@ -1,4 +1,4 @@
-"""Who gets the CPU while a Celery benchmark runs: shares per process group, per phase (issue 11).
+"""Who gets the CPU while a Celery benchmark runs: shares per process group, per phase.
 
 Run it beside ``bench_celery.py --only throughput``; every 0.1 s it adds up (psutil) the CPU
 time of each group of processes: the benchmark's producer processes, the worker's main
@@ -14,20 +14,25 @@ next to the producers, not only by the CPU each task costs. Linux's autogroup sc
 every PostgreSQL backend starts a session of its own (``setsid``), whereas RabbitMQ is one
 process: the shares measured here show what that does to each broker's worker.
 
-    python3 bench/cpu_shares.py --seconds 70 --waits --output /tmp/shares.json &
-    python3 bench/bench_celery.py --only throughput --brokers delayq,amqp --no-write
+    python bench/diagnostics/cpu_shares.py --seconds 70 --waits --output /tmp/shares.json &
+    python bench/bench_celery.py --only throughput --brokers delayq,amqp --no-write
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common, the harness
+
+from _common import machine_cpu  # noqa: E402
 
 GROUPS = ("producer", "worker-main", "worker-child", "pg-backend", "pg-aux", "rabbitmq",
           "redis", "bench-main", "other")
@@ -37,7 +42,7 @@ _PG_AUX = ("checkpointer", "background writer", "walwriter", "autovacuum", "logi
 MIN_PHASE_S = 0.3
 
 
-def _group(proc: psutil.Process, cmdline: str) -> str:
+def process_group(proc: psutil.Process, cmdline: str) -> str:
     """The group of one process, from its command line (and its parent's, for pool children)."""
     if cmdline.startswith("postgres:") or "bin/postgres " in cmdline:
         return "pg-aux" if any(a in cmdline for a in _PG_AUX) or "bin/postgres " in cmdline \
@@ -79,7 +84,7 @@ class Sampler:
             if proc.pid == os.getpid() or times is None:
                 continue
             if proc.pid not in self.groups:
-                self.groups[proc.pid] = _group(proc, " ".join(proc.info["cmdline"] or ()))
+                self.groups[proc.pid] = process_group(proc, " ".join(proc.info["cmdline"] or ()))
             seen[proc.pid] = cpu = times.user + times.system
             used[self.groups[proc.pid]] += cpu - self.last.get(proc.pid, cpu)
         self.last = seen
@@ -102,13 +107,6 @@ class Sampler:
             waited[f"wait:{group}"] += total - self.last_wait.get(pid, total)
         self.last_wait = seen
         return waited
-
-
-def _machine() -> tuple[float, float]:
-    """(busy, total) CPU seconds of all cores since boot."""
-    times = psutil.cpu_times()
-    total = sum(times)
-    return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
 def _summary(state: str, rows: list[dict[str, float]]) -> dict[str, float | str] | None:
@@ -157,13 +155,13 @@ def phases(rows: list[dict[str, float]]) -> list[dict[str, float | str]]:
 def main(seconds: float, interval: float, output: str | None, waits: bool) -> None:
     sampler = Sampler(waits=waits)
     sampler.sample()
-    busy0, total0 = _machine()
+    busy0, total0 = machine_cpu()
     rows: list[dict[str, float]] = []
     start = time.monotonic()
     while time.monotonic() - start < seconds:
         time.sleep(interval)
         used = sampler.sample()
-        busy1, total1 = _machine()
+        busy1, total1 = machine_cpu()
         rows.append({"t": round(time.monotonic() - start, 2), "busy": busy1 - busy0,
                      "total": total1 - total0, **used})
         busy0, total0 = busy1, total1

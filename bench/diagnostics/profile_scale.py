@@ -1,5 +1,5 @@
-"""Where the time goes as the table grows (issue 10): bench_scale's sizes part, measured
-per statement instead of timed.
+"""Where the time goes as the table grows: bench_scale's sizes part, measured per statement
+instead of timed.
 
 At each of ``--sizes`` (far-future rows topped up in the consumed queue, as bench_scale does,
 then a CHECKPOINT): one publish of ``--tasks`` no-ops by two producer processes, then one
@@ -28,12 +28,10 @@ from typing import Any
 import click
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common, the harness
 
-import bench_celery as bc  # noqa: E402
-from _common import checkpoint, console, fresh_database  # noqa: E402
-from _steady import load_far_rows  # noqa: E402
-from bench_scale import _delayq_run  # noqa: E402
+import _celery as cel  # noqa: E402
+from _common import checkpoint, console, fresh_database, load_far_rows  # noqa: E402
 
 from delayq_transport import DelayedQueue  # noqa: E402
 
@@ -82,23 +80,22 @@ def _delta(a: dict[str, Any], b: dict[str, Any], tasks: int) -> dict[str, Any]:
                                      for k, v in b["statio"].items()}}
 
 
-def profile_size(cfg: bc.Settings, db_url: str, queue: str, size: int) -> dict[str, Any]:
-    run = _delayq_run(db_url, cfg, queue, f"delayq_{size}")
+def profile_size(cfg: cel.Settings, db_url: str, queue: str, size: int) -> dict[str, Any]:
+    run = cel.delayq_run(db_url, cfg, queue, f"delayq_{size}")
     n = cfg.throughput_n
-    key = bc._key(cfg, run.name, "prof", uuid.uuid4().hex[:8])
-    jobs: list[tuple[str, int, tuple[Any, ...], dict[str, Any]]] = [
-        ("bench.noop", min(bc.CHUNK, n - i), (key, n), {}) for i in range(0, n, bc.CHUNK)]
+    key = cel.counter_key(cfg, run.name, "prof", uuid.uuid4().hex[:8])
+    jobs = cel.noop_jobs(key, n)
     s0, t0 = _snapshot(cfg.admin_url, db_url), time.time()
-    with bc.Producers(run.env, cfg.producers) as producers:
-        done = producers.submit(bc._publish, jobs)
+    with cel.Producers(run.env, cfg.producers) as producers:
+        done = producers.submit(cel.publish, jobs)
         while len(done) < len(jobs) and not producers.errors:
             time.sleep(0.02)
     publish_s = time.time() - t0
     s1 = _snapshot(cfg.admin_url, db_url)
-    with bc.running_worker(run.env, f"prof-{run.name}", cfg):
+    with cel.running_worker(run.env, f"prof-{run.name}", cfg):
         s2, started = _snapshot(cfg.admin_url, db_url), time.time()
-        client = bc._counter(cfg)
-        while bc._get_int(client, key) < n and time.time() - started < 600:
+        client = cel.counter_client(cfg)
+        while cel.count_of(client, key) < n and time.time() - started < 600:
             time.sleep(0.02)
         done_at = client.get(f"{key}:done")
         s3 = _snapshot(cfg.admin_url, db_url)
@@ -116,7 +113,7 @@ def profile_size(cfg: bc.Settings, db_url: str, queue: str, size: int) -> dict[s
 @click.option("--output", default="", help="Write the JSON results here.")
 def main(sizes: str, tasks: int, admin_url: str, output: str) -> None:
     """Per-statement cost of publish, worker start-up and drain at each table size."""
-    cfg = bc.Settings.build(True, producers=2, admin_url=admin_url, redis_db=13, counter_db=14)
+    cfg = cel.Settings.build(True, producers=2, admin_url=admin_url, redis_db=13, counter_db=14)
     cfg = dataclasses.replace(cfg, throughput_n=tasks)
     queue, loaded = f"bench_scale_{cfg.run_id}", 0
     results: list[dict[str, Any]] = []

@@ -1,4 +1,4 @@
-"""Where the time goes (issue 11): CPU, statements and WAL per no-op Celery task, per broker.
+"""Where the time goes: CPU, statements and WAL per no-op Celery task, per broker.
 
 For each broker the same two steps as ``bench_celery.py``'s drain phase, measured instead of
 timed: one producer process publishes N no-op tasks (nothing consumes), then one ``celery
@@ -38,25 +38,17 @@ import click
 import psutil
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common, the harness
 
-import bench_celery as bc  # noqa: E402
-from _common import console, markdown_table  # noqa: E402
-
-
-def _cpu(proc: psutil.Process) -> float:
-    try:
-        t = proc.cpu_times()
-        return t.user + t.system
-    except psutil.NoSuchProcess:
-        return 0.0
+import _celery as cel  # noqa: E402
+from _common import console, machine_cpu, markdown_table  # noqa: E402
+from _common import cpu_seconds as _cpu  # noqa: E402
 
 
 def _machine_busy() -> float:
     """CPU seconds the whole machine spent not idle (every process, the kernel's interrupt
     work included): what the processes above leave out shows as unattributed."""
-    t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+    return machine_cpu()[0]
 
 
 class ServerCpu:
@@ -191,17 +183,17 @@ def _top_functions(raw: Path, limit: int = 30) -> dict[str, Any]:
             "self_top": [(f, round(100 * c / samples, 1)) for f, c in self_n.most_common(limit)]}
 
 
-def profile(broker: str, cfg: bc.Settings, n: int, pyspy: bool) -> dict[str, Any]:
+def profile(broker: str, cfg: cel.Settings, n: int, pyspy: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    key = bc._key(cfg, broker, "prof", uuid.uuid4().hex[:8])
-    jobs = [("bench.noop", min(bc.CHUNK, n - i), (key, n), {}) for i in range(0, n, bc.CHUNK)]
-    with bc.broker_state(broker, "profile", cfg) as run:
-        with bc.Producers(run.env, 1) as producers:
+    key = cel.counter_key(cfg, broker, "prof", uuid.uuid4().hex[:8])
+    jobs = cel.noop_jobs(key, n)
+    with cel.broker_state(broker, "profile", cfg) as run:
+        with cel.Producers(run.env, 1) as producers:
             child = psutil.Process(producers.pool._pool[0].pid)  # type: ignore[attr-defined]
             server = ServerCpu(broker, cfg.admin_url)
             pg = PgStats(cfg.admin_url, run.db_url) if run.db_url else None
             cpu0, t0 = _cpu(child), time.time()
-            done = producers.submit(bc._publish, jobs)
+            done = producers.submit(cel.publish, jobs)
             while len(done) < len(jobs) and not producers.errors:
                 time.sleep(0.02)
             out["publish"] = {"tasks_per_s": round(n / (time.time() - t0), 1),
@@ -209,15 +201,15 @@ def profile(broker: str, cfg: bc.Settings, n: int, pyspy: bool) -> dict[str, Any
                               "server_cpu_us_per_task": round(server.used() * 1e6 / n)}
             if pg:
                 out["publish"].update(pg.delta(n))
-        with bc.running_worker(run.env, f"prof-{broker}", cfg) as worker:
+        with cel.running_worker(run.env, f"prof-{broker}", cfg) as worker:
             main = psutil.Process(worker.proc.pid)
             kids = main.children(recursive=True)
             server = ServerCpu(broker, cfg.admin_url)
             pg = PgStats(cfg.admin_url, run.db_url) if run.db_url else None
             c_main, c_kids, t0 = _cpu(main), sum(_cpu(k) for k in kids), time.time()
             spies = _start_spies({"worker": main}, 60, cfg.logdir, broker) if pyspy else {}
-            client = bc._counter(cfg)
-            while bc._get_int(client, key) < n and time.time() - t0 < 300:
+            client = cel.counter_client(cfg)
+            while cel.count_of(client, key) < n and time.time() - t0 < 300:
                 time.sleep(0.02)
             seconds = time.time() - t0
             out["drain"] = {
@@ -235,20 +227,20 @@ def profile(broker: str, cfg: bc.Settings, n: int, pyspy: bool) -> dict[str, Any
 HOOKS = Path(__file__).resolve().parent / "_profile_hooks"
 
 
-def profile_e2e(broker: str, cfg: bc.Settings, n: int, pyspy: bool = False) -> dict[str, Any]:
+def profile_e2e(broker: str, cfg: cel.Settings, n: int, pyspy: bool = False) -> dict[str, Any]:
     """Producers and worker together, as in ``bench_celery.py``'s throughput phase."""
-    key = bc._key(cfg, broker, "e2e", uuid.uuid4().hex[:8])
+    key = cel.counter_key(cfg, broker, "e2e", uuid.uuid4().hex[:8])
     warm_key = key + ":warm"
-    jobs = [("bench.noop", min(bc.CHUNK, n - i), (key, n), {}) for i in range(0, n, bc.CHUNK)]
+    jobs = cel.noop_jobs(key, n)
     counts_path = cfg.logdir / f"{broker}-counts.json"
-    with bc.broker_state(broker, "profile", cfg) as run:
+    with cel.broker_state(broker, "profile", cfg) as run:
         env = {**run.env, "DELAYQ_PROFILE_COUNTS": str(counts_path),
                "PYTHONPATH": os.pathsep.join([str(HOOKS), run.env["PYTHONPATH"]])}
-        with bc.running_worker(env, f"e2e-{broker}", cfg) as worker, \
-                bc.Producers(run.env, cfg.producers) as producers:
-            client = bc._counter(cfg)
-            producers.submit(bc._publish, [("bench.noop", 200, (warm_key, 200), {})])
-            while bc._get_int(client, warm_key) < 200:
+        with cel.running_worker(env, f"e2e-{broker}", cfg) as worker, \
+                cel.Producers(run.env, cfg.producers) as producers:
+            client = cel.counter_client(cfg)
+            producers.submit(cel.publish, [("bench.noop", 200, (warm_key, 200), {})])
+            while cel.count_of(client, warm_key) < 200:
                 time.sleep(0.02)
             time.sleep(1.0)  # the counts file is rewritten every 0.5 s
             kids_p = [psutil.Process(p.pid) for p in producers.pool._pool]  # type: ignore[attr-defined]
@@ -262,11 +254,11 @@ def profile_e2e(broker: str, cfg: bc.Settings, n: int, pyspy: bool = False) -> d
             machine0 = _machine_busy()
             spies = _start_spies({"worker": main, "producer": kids_p[0]}, 120, cfg.logdir,
                                  broker) if pyspy else {}
-            producers.submit(bc._publish, jobs)
-            while bc._get_int(client, key) < n and time.time() - t0 < 300:
+            producers.submit(cel.publish, jobs)
+            while cel.count_of(client, key) < n and time.time() - t0 < 300:
                 time.sleep(0.02)
             seconds = time.time() - t0
-            out = {
+            out: dict[str, Any] = {
                 "tasks_per_s": round(n / seconds, 1),
                 "producers_cpu_us_per_task": round(
                     (sum(_cpu(k) for k in kids_p) - c_prod) * 1e6 / n),
@@ -304,7 +296,7 @@ def profile_e2e(broker: str, cfg: bc.Settings, n: int, pyspy: bool = False) -> d
 def main(brokers: str, tasks: int, admin_url: str, pyspy: bool, output: str, e2e: bool,
          producers: int, redis_db: int, counter_db: int) -> None:
     """Profile one producer and one worker per broker: CPU, statements, WAL per task."""
-    cfg = bc.Settings.build(False, producers=producers if e2e else 1, admin_url=admin_url,
+    cfg = cel.Settings.build(False, producers=producers if e2e else 1, admin_url=admin_url,
                             redis_db=redis_db, counter_db=counter_db)
     results: dict[str, Any] = {"load_average_at_start": list(os.getloadavg())}
     try:
@@ -314,8 +306,8 @@ def main(brokers: str, tasks: int, admin_url: str, pyspy: bool, output: str, e2e
             else:
                 results[broker] = profile(broker, cfg, tasks, pyspy)
     finally:
-        bc._kill_all()
-        bc._cleanup_counters(cfg)
+        cel.kill_all()
+        cel.cleanup_counters(cfg)
     results["load_average_at_end"] = list(os.getloadavg())
     text = json.dumps(results, indent=1)
     if output:
