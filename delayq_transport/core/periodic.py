@@ -1,5 +1,6 @@
 """Persistence of periodic entries: the schedule-entry table, the ledger of installed entries,
-and the misfire queries over installed occurrences.
+the misfire queries over installed occurrences, and the catch-up of occurrences never installed
+(one statement that moves an entry's ledger row and writes the runs, so it happens once).
 
 Celery beat (``delayq_beat``) stores its DB-backed entries and enable/disable overrides here,
 and records which entries have occurrences installed under which config hash, so an entry
@@ -13,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from .db import Database
 from .queries import Queries
+from .timeutil import to_ms
+from .validate import validate_key, validate_kind, validate_payload
 
 if TYPE_CHECKING:  # queue imports schema, which lists this module's migration
     from sqlalchemy import MetaData, Table
@@ -130,6 +134,28 @@ class PeriodicStore:
     def forget_installed(self, names: Sequence[str]) -> None:
         if names:
             self.db.execute(self.q["beat_installed_delete"], self._params(names=list(names)))
+
+    def catch_up(self, row: InstalledRow, until_ms: int, gap_end_ms: int,
+                 offers: Sequence[tuple[str, bytes, datetime]], *, min_lead_ms: int,
+                 now_ms: int | None = None) -> list[str] | None:
+        """Install ``offers`` (one kind: ``row.kind``) if this call moves the ledger row of
+        ``row`` from the ``installedUntil`` it holds to ``until_ms``; None if another scheduler
+        moved it first. Offers up to ``gap_end_ms`` are the runs of never-installed
+        occurrences and are inserted even though due; later ones keep ``min_lead_ms``.
+
+        One statement (``beat_catch_up``), so the compare-and-set on the ledger row is what
+        makes a gap caught up once however many schedulers restart together, and a crash
+        cannot leave the ledger moved with its rows missing. Returns the keys created."""
+        keys = [validate_key(key) for key, _, _ in offers]
+        payloads = [validate_payload(payload) for _, payload, _ in offers]
+        ats = [to_ms(at, what="occurrence") for _, _, at in offers]
+        found = self.db.fetchone(self.q["beat_catch_up"], self._params(
+            name=row.name, kind=validate_kind(row.kind), hash=row.config_hash,
+            seen_until=row.installed_until_ms, until=until_ms, gap_end=gap_end_ms,
+            keys=keys, payloads=payloads, ats=ats, min_lead_ms=min_lead_ms, now=now_ms))
+        if not found or not found[0]:
+            return None
+        return list(found[1])
 
 
 def sweep_misfired(queue: DelayedQueue, kinds: Sequence[str], patterns: Sequence[str],

@@ -644,6 +644,33 @@ SELECT EXISTS (
       AND "pKey" LIKE %(pattern)s ESCAPE '\'
 ) AS newer
 
+-- beat_catch_up --
+-- A refresh after no scheduler ran past the end of an entry's installed horizon: insert the
+-- runs the misfire policy keeps of the occurrences never installed (due at once: scheduledAt
+-- is now, scheduledAtInitially the occurrence), and the new horizon, only if this statement
+-- moves the entry's ledger row on from the installedUntil this refresh read. A scheduler that
+-- read the same row waits on its lock, finds it moved and inserts nothing, so a gap is caught
+-- up once however many schedulers restart together; the runs skip min_lead (they are due
+-- already) without a later scheduler reviving them. Horizon rows (after `gap_end`) keep
+-- offer_batch_insert's min_lead. `claimed` is 0 when another scheduler took the gap.
+WITH claim AS (
+    UPDATE "delayq_beat_installed"
+    SET "installedUntil" = %(until)s, "updatedAt" = {now}
+    WHERE "tableName" = %(table_name)s AND "name" = %(name)s AND "kind" = %(kind)s::text
+      AND "configHash" = %(hash)s AND "installedUntil" = %(seen_until)s
+    RETURNING "name"
+), ins AS (
+    INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
+                         "createdAt")
+    SELECT s.key, %(kind)s::text, s.payload, GREATEST(s.at, {now}), s.at, {now}
+    FROM unnest(%(keys)b::text[], %(payloads)b::bytea[], %(ats)b::bigint[]) AS s(key, payload, at)
+    WHERE EXISTS (SELECT 1 FROM claim)
+      AND (s.at <= %(gap_end)s::bigint OR s.at > {now} + %(min_lead_ms)s::bigint)
+    ON CONFLICT ("pKey", "pKind") DO NOTHING
+    RETURNING "pKey"
+)
+SELECT (SELECT count(*) FROM claim) AS claimed, ARRAY(SELECT "pKey" FROM ins) AS created
+
 -- Statements of the demo (`delayq demo`): its Celery app logs each run of its tasks so the
 -- live view can show scheduled -> running -> done. Not part of the queue.
 

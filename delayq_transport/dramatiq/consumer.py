@@ -24,6 +24,7 @@ from dramatiq.message import Message
 from ..core import partitions
 from ..core.errors import DatabaseError, DatabaseUnavailable
 from ..core.listen import Listener
+from ..core.timeutil import to_ms
 from ..core.types import Envelope
 from .names import PERIODIC_OPTION, canonical
 
@@ -188,8 +189,12 @@ class DelayqConsumer(Consumer):
     def _misfired(self, env: Envelope, message: Message) -> bool:
         from delayq_beat.misfire import HEADER, drop_misfired
 
-        header = {"headers": {HEADER: message.options[PERIODIC_OPTION]}}
-        return drop_misfired(self.broker.queue, env.kind, header)
+        from .periodic import superseded
+
+        info = message.options[PERIODIC_OPTION]
+        now_ms = to_ms(self.broker.queue.now())
+        return drop_misfired(self.broker.queue, env.kind, {"headers": {HEADER: info}},
+                             now_ms) or superseded(info, now_ms)
 
     # -- ack / nack / requeue (called from worker threads) --------------------------------
 

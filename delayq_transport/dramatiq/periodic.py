@@ -12,7 +12,8 @@ thread in every worker process with :class:`PeriodicMiddleware`, or separate pro
 while every scheduler is down. Changing an entry (schedule, zone, args, options) changes its
 hash and replaces its future occurrences; removing it uninstalls them at the next refresh.
 delayq_beat's misfire policy applies (``misfire="coalesce"`` by default, ``"run_all"``,
-``"skip"``; ``grace`` seconds).
+``"skip"``; ``grace`` seconds), also to the occurrences never installed while no scheduler ran
+for longer than the horizon (:mod:`.catchup`: ``coalesce`` runs once at restart).
 """
 
 from __future__ import annotations
@@ -29,21 +30,15 @@ import dramatiq
 from dramatiq.middleware import Middleware
 
 from delayq_beat import misfire as beat_misfire
-from delayq_beat.entries import EntrySpec, make_spec, parse_crontab
-from delayq_beat.installer import (
-    Installer,
-    Plan,
-    RefreshReport,
-    Route,
-    Settings,
-    occurrence_task_id,
-)
+from delayq_beat.entries import EntrySpec, entry_hash, make_spec, parse_crontab
+from delayq_beat.installer import Plan, RefreshReport, Route, Settings, occurrence_task_id
 
 from ..core.cron import cron_key
 from ..core.errors import InvalidInput
 from ..core.timeutil import to_ms
 from . import names
 from .broker import DelayqBroker
+from .catchup import CatchUpInstaller, newer_occurrence_passed
 from .ledger import DramatiqLedger
 
 log = logging.getLogger(__name__)
@@ -90,6 +85,7 @@ def periodic(
     schedule: object = parse_crontab(cron) if cron is not None else every
 
     def decorate(actor: dramatiq.Actor[Any, Any]) -> dramatiq.Actor[Any, Any]:
+        _check_actor(actor)
         entry = name or f"{names.NAMESPACE}:{actor.actor_name}"
         spec = make_spec(entry, actor.actor_name, schedule, tuple(args), dict(kwargs or {}),
                          {**options, "queue": actor.queue_name, "delayq_misfire": misfire,
@@ -98,6 +94,45 @@ def periodic(
         return actor
 
     return decorate
+
+
+def _check_actor(actor: object) -> None:
+    """Below ``@dramatiq.actor``, ``periodic`` would get the plain function, and the actor
+    Dramatiq builds from it afterwards never reaches the registry: refuse at import time,
+    naming the fix, rather than install nothing without a word."""
+    if isinstance(getattr(actor, "__actor__", actor), dramatiq.Actor):
+        return  # an actor, or a GenericActor instance (it forwards to its actor)
+    what = getattr(actor, "__qualname__", None) or repr(actor)
+    raise TypeError(
+        f"@periodic must be placed above @dramatiq.actor, not below it: it was given {what}, "
+        "which is not a Dramatiq actor. Write\n"
+        "    @periodic(...)\n"
+        "    @dramatiq.actor(...)\n"
+        f"    def {getattr(actor, '__name__', 'fn')}(...): ...")
+
+
+def superseded(info: object, now_ms: int) -> bool:
+    """Worker side of ``coalesce`` after an outage (see :mod:`.catchup`): True if the
+    occurrence ``info`` (a message's ``delayq_periodic`` option) misfired and a newer
+    occurrence of its entry is already past, installed or not, so that one is the run.
+
+    Only for entries declared in this process under the same config hash; anything else is
+    left to delayq_beat's ``drop_misfired`` (never drop what cannot be checked)."""
+    if not isinstance(info, Mapping) or info.get("misfire") != "coalesce":
+        return False
+    entry = REGISTRY.get(str(info.get("entry")))
+    try:
+        at_ms, grace_ms = int(info["at_ms"]), int(info["grace_ms"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    if entry is None or now_ms - at_ms <= grace_ms \
+            or entry_hash(entry.spec, entry.zone) != info.get("hash"):
+        return False
+    if not newer_occurrence_passed(entry.spec.schedule, entry.zone, at_ms, now_ms):
+        return False
+    log.warning("delayq periodic: coalescing %s occurrence at %d ms into a newer one "
+                "(%.1f s late)", entry.spec.name, at_ms, (now_ms - at_ms) / 1000)
+    return True
 
 
 @dataclass(frozen=True)
@@ -111,8 +146,9 @@ class _Route(Route):
         return names.kind_for(self.queue, self.priority or 0, self.namespace)
 
 
-class _Installer(Installer):
-    """delayq_beat's installer, writing Dramatiq messages in each entry's own time zone."""
+class _Installer(CatchUpInstaller):
+    """delayq_beat's installer, writing Dramatiq messages in each entry's own time zone, and
+    catching up the occurrences no scheduler installed (:mod:`.catchup`)."""
 
     def __init__(self, broker: DelayqBroker, settings: Settings,
                  entries: Mapping[str, PeriodicEntry]) -> None:

@@ -101,3 +101,10 @@ def on_ok(message: dict, result: object) -> None:
 def every_second() -> None:
     msg = CurrentMessage.get_current_message()
     record("every_second", str(msg.message_timestamp if msg else None))
+
+
+@dramatiq.actor(queue_name="catchup")
+def catch_up_tick(policy: str) -> None:
+    """Made periodic by ``_dramatiq_scheduler`` (one entry per misfire policy)."""
+    msg = CurrentMessage.get_current_message()
+    record("catch_up_tick", f"{policy}:{msg.message_timestamp if msg else None}")

@@ -282,3 +282,107 @@ def test_periodic_actor_fires_once_per_occurrence_even_with_no_scheduler_up(
     ticks = [int(r[1]) for r in runs(database_url, "every_second")]
     assert len(ticks) == len(set(ticks)), "an occurrence ran twice"
     assert all(t % 1000 == 0 for t in ticks)  # epoch-aligned occurrences
+
+
+class SchedulerProcess:
+    """``python _dramatiq_scheduler.py``: a PeriodicScheduler that starts refreshing on
+    :meth:`go`, so several can be started at one chosen instant."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log_path = log
+        self._log = open(log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "_dramatiq_scheduler.py"], cwd=HERE, env=env,
+            stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+    def wait_ready(self) -> None:
+        wait_for(lambda: "ready" in self.log_path.read_text() or self.proc.poll() is not None,
+                 30, "scheduler start")
+        assert self.proc.poll() is None, self.log_path.read_text()[-3000:]
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        self._log.close()
+
+
+def _installed_until(url: str, entry: str) -> int:
+    return _row_count(url, 'SELECT "installedUntil" FROM delayq_beat_installed '
+                           "WHERE \"tableName\" = 'delayed_queue#dramatiq' AND name = %s", entry)
+
+
+@pytest.mark.slow
+def test_periodic_catch_up_after_an_outage_longer_than_the_horizon(
+        app_env: dict[str, str], start_worker: Callable[..., DramatiqWorker],
+        database_url: str, tmp_path: Path) -> None:
+    """Every scheduler down for longer than the horizon (a few seconds here) while a worker
+    stays up: the occurrences after the last installed one are never written. Four
+    schedulers restarted at the same instant catch the gap up once under ``coalesce`` (its
+    newest occurrence, at restart) and not at all under ``skip``; regular ticks resume."""
+    from _dramatiq_scheduler import GRACE_S, HORIZON_S, PERIOD_S, POLICIES, entry_name
+
+    period_ms = PERIOD_S * 1000
+    start_worker("-p", "1", "-t", "2", "--queues", "catchup")  # no scheduler in it
+    schedulers: list[SchedulerProcess] = []
+
+    def start_schedulers(n: int) -> list[SchedulerProcess]:
+        started = [SchedulerProcess(app_env, tmp_path / f"scheduler-{len(schedulers) + i}.log")
+                   for i in range(n)]
+        schedulers.extend(started)
+        for s in started:
+            s.wait_ready()
+        return started
+
+    def ticks(policy: str) -> list[int]:
+        return [int(r[1].split(":")[1]) for r in runs(database_url, "catch_up_tick")
+                if r[1].startswith(f"{policy}:")]
+
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+    try:
+        for s in start_schedulers(4):
+            s.go()
+        wait_for(lambda: all(len(ticks(p)) >= 2 for p in POLICIES), 30, "ticks")
+        for s in schedulers:
+            s.kill()
+        last = {p: _installed_until(database_url, entry_name(p)) for p in POLICIES}
+        assert len(set(last.values())) == 1 and max(last.values()) <= now_ms() + \
+            (HORIZON_S + PERIOD_S) * 1000
+        gap_start = last["coalesce"]
+        # The outage: past the horizon by two more occurrences, none of them installed.
+        restarted = start_schedulers(4)
+        wait_for(lambda: now_ms() > gap_start + 2 * period_ms + 1500, 30, "the outage")
+        assert [t for p in POLICIES for t in ticks(p) if t > gap_start] == [], \
+            "an occurrence after the installed horizon ran before any scheduler was back"
+        # Restart where the gap's newest occurrence is more than grace late and the next one
+        # is more than min_lead (1 s) ahead, so "one catch-up" and "none" are unambiguous.
+        wait_for(lambda: 1000 <= now_ms() % period_ms <= 1400, 10, "the restart instant")
+        restart_ms = now_ms()
+        for s in restarted:
+            s.go()
+        newest_missed = restart_ms - restart_ms % period_ms
+        assert newest_missed >= gap_start + 2 * period_ms and \
+            (restart_ms - newest_missed) / 1000 > GRACE_S
+
+        def resumed() -> bool:  # two regular ticks each: time for a repeat to show up
+            return all(sum(t > restart_ms + 1000 for t in ticks(p)) >= 2 for p in POLICIES)
+
+        wait_for(resumed, 30, "ticks after the restart")
+    finally:
+        for s in schedulers:
+            s.kill()
+    gap = {p: [t for t in ticks(p) if gap_start < t <= restart_ms + 1000] for p in POLICIES}
+    assert gap == {"coalesce": [newest_missed], "skip": []}, gap
+    [ran_at] = [r[6] for r in runs(database_url, "catch_up_tick")
+                if r[1] == f"coalesce:{newest_missed}"]
+    assert ran_at - restart_ms < 10_000, "the catch-up did not run at restart"
+    for p in POLICIES:
+        assert len(ticks(p)) == len(set(ticks(p))), f"a {p} occurrence ran twice"
