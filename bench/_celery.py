@@ -33,13 +33,16 @@ import psycopg
 import redis
 from _common import BENCH_DIR, REPO_ROOT, fresh_database, tree_rss
 
-BROKERS = ("delayq", "delayq_durable", "delayq_unlogged", "delayq_buffered", "redis", "amqp",
-           "sqlalchemy")
+BROKERS = ("delayq", "delayq_durable", "delayq_unlogged", "delayq_buffered", "delayq_pgbouncer",
+           "delayq_pgbouncer_listen", "redis", "amqp", "sqlalchemy")
 #: ``delayq_durable`` is delayq with the ``durable_publish=True`` transport option: every
 #: publish waits for the WAL flush, to show what that stricter durability costs.
 #: ``delayq_unlogged`` sets ``unlogged_table=True`` (no WAL; a crash empties the table), to
 #: show what the WAL costs. ``delayq_buffered`` sets ``publish_linger`` (publishes written in
 #: batches every BUFFERED_LINGER_S; a publish returns before its row is written).
+#: ``delayq_pgbouncer`` goes through a PgBouncer in transaction pooling started for the phase
+#: (no named prepared statements, settings per transaction, no LISTEN: polls every 0.5 s);
+#: ``delayq_pgbouncer_listen`` is the same with a direct ``listen_url`` for wake-ups.
 BUFFERED_LINGER_S = 0.005
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
 REDIS_BASE = "redis://127.0.0.1:6379"
@@ -309,6 +312,14 @@ def broker_state(name: str, phase: str, cfg: Settings, *, acks_late: bool = Fals
     """Fresh broker state for one phase, removed afterwards (also on Ctrl-C)."""
     queue = f"bench_{phase}_{cfg.run_id}"
     options = KILL_OPTIONS.get(name.split("_")[0], {}) if phase == "kill" else {}
+    if name.startswith("delayq_pgbouncer"):
+        with fresh_database(cfg.admin_url, prefix="delayq_bench_celery_pgb") as db_url, \
+                pgbouncer(cfg.admin_url) as bouncer:
+            if name == "delayq_pgbouncer_listen":
+                options = {**options, "listen_url": db_url}
+            url = "delayq+postgresql://" + bouncer.url(db_url).split("://", 1)[1]
+            yield BrokerRun(name, base_env(cfg, queue, url, options, acks_late), db_url)
+        return
     if name in ("delayq", "delayq_durable", "delayq_unlogged", "delayq_buffered", "sqlalchemy"):
         if name == "delayq_durable":
             options = {**options, "durable_publish": True}
@@ -334,6 +345,20 @@ def broker_state(name: str, phase: str, cfg: Settings, *, acks_late: bool = Fals
         yield BrokerRun(name, base_env(cfg, queue, AMQP_URL, options, acks_late))
     finally:
         _amqp_delete(queue)
+
+
+@contextmanager
+def pgbouncer(admin_url: str) -> Iterator[Any]:
+    """A PgBouncer in transaction pooling in front of the admin URL's server, for one phase
+    (the tests' own helper: tests/topology/pgbouncer.py)."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from topology.pgbouncer import PgBouncer
+
+    bouncer = PgBouncer(admin_url, mode="transaction").start()
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
 
 
 def _amqp_delete(queue: str) -> None:

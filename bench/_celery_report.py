@@ -20,6 +20,8 @@ TARGETS = {"latency_p99_ms": 25.0, "rss_growth_mb": 20.0, "throughput_vs_redis":
 QUIET_LOAD = 1.5
 LABELS = {"delayq": "delayq", "delayq_durable": "delayq, durable_publish",
           "delayq_unlogged": "delayq, unlogged_table", "delayq_buffered": "delayq, publish_linger",
+          "delayq_pgbouncer": "delayq via PgBouncer (transaction)",
+          "delayq_pgbouncer_listen": "delayq via PgBouncer + listen_url",
           "redis": "Redis", "amqp": "RabbitMQ", "sqlalchemy": "kombu SQLAlchemy"}
 
 

@@ -433,10 +433,13 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                    "(1/2/4 producers x 1/2/4 workers; not run by default).")
 @click.option("--brokers", "brokers_opt", show_default=True,
               default=",".join(b for b in BROKERS
-                               if b not in ("delayq_unlogged", "delayq_buffered")),
+                               if b not in ("delayq_unlogged", "delayq_buffered")
+                               and not b.startswith("delayq_pgbouncer")),
               help="Comma-separated brokers: delayq,redis,amqp,sqlalchemy (and "
                    "delayq_durable: delayq with durable_publish=True; delayq_unlogged: with "
-                   "unlogged_table=True; delayq_buffered: with publish_linger=0.005).")
+                   "unlogged_table=True; delayq_buffered: with publish_linger=0.005; "
+                   "delayq_pgbouncer: through PgBouncer in transaction pooling, started for "
+                   "each phase; delayq_pgbouncer_listen: the same with a direct listen_url).")
 @click.option("--admin-url", default=DEFAULT_ADMIN_URL, show_default=True,
               help="PostgreSQL URL allowed to create the per-phase databases.")
 @click.option("--redis-db", default=11, show_default=True, help="Redis db used as the broker.")

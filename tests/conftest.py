@@ -102,11 +102,31 @@ def template_copy(template: str, prefix: str = "delayq_t") -> Iterator[str]:
         drop_database(name)
 
 
+#: ``transaction`` or ``session``: every test's database_url goes through a PgBouncer of that
+#: pool mode (tests/topology/test_pgbouncer.py runs a part of the suite this way).
+POOLER = os.environ.get("DELAYQ_TEST_POOLER", "")
+
+
+@pytest.fixture(scope="session")
+def pooler() -> Iterator[Any]:
+    """The PgBouncer of DELAYQ_TEST_POOLER (None without it): one for the whole run."""
+    if not POOLER:
+        yield None
+        return
+    from topology.pgbouncer import PgBouncer
+
+    bouncer = PgBouncer(BASE_URL, mode=POOLER,
+                        ignore_options=os.environ.get("DELAYQ_TEST_POOLER_IGNORE") == "1")
+    bouncer.start()
+    yield bouncer
+    bouncer.stop()
+
+
 @pytest.fixture
-def database_url(template_db: str) -> Iterator[str]:
-    """A fresh, migrated database for one test."""
+def database_url(template_db: str, pooler: Any) -> Iterator[str]:
+    """A fresh, migrated database for one test (through PgBouncer with DELAYQ_TEST_POOLER)."""
     with template_copy(template_db) as url:
-        yield url
+        yield url if pooler is None else pooler.url(url)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .errors import (
@@ -43,6 +43,21 @@ _SCHEME_RE = re.compile(r"^(?:delayq\+)?(?:postgres|postgresql)(?:\+psycopg2?)?:
 #: execution spent 34-71 ms compiling code for a 0.8 ms statement (issue 10). delayq never runs a
 #: statement that JIT could speed up, so it is off for its own sessions only, not the database.
 SESSION_SETTINGS: dict[str, str] = {"jit": "off"}
+
+#: Settings of the relaxed pool (see :attr:`Database.relaxed_pool` for why each).
+RELAXED_SETTINGS: dict[str, str] = {
+    "synchronous_commit": "off", "plan_cache_mode": "force_generic_plan",
+    "enable_seqscan": "off", "enable_bitmapscan": "off", "enable_sort": "off"}
+
+#: A custom setting sent with the others at connect time and read back once: when it is not
+#: there, something between delayq and PostgreSQL (PgBouncer with
+#: ``ignore_startup_parameters = options``) dropped the startup options, so session state cannot
+#: be relied on either.
+_MARKER = "delayq.session"
+
+#: What ``pooling=`` accepts: ``auto`` detects a pooler, ``session`` is a real session (or a
+#: session-pooling PgBouncer), ``transaction`` assumes nothing survives a transaction.
+POOLING_MODES = ("auto", "session", "transaction")
 
 #: Errors after which running the same statement again can succeed.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
@@ -114,11 +129,24 @@ class Database:
         max_size: int = 8,
         connect_timeout_s: float = 10.0,
         retry: RetryPolicy | None = None,
+        pooling: str = "auto",
+        listen_url: str | None = None,
     ) -> None:
         self.url = normalize_url(url)
+        #: Where LISTEN connects: a direct URL past a transaction pooler restores push wake-ups.
+        self.listen_url = normalize_url(listen_url) if listen_url else self.url
         self.retry = retry or RetryPolicy()
         self.connect_timeout_s = connect_timeout_s
-        self._probe()
+        if pooling not in POOLING_MODES:
+            raise InvalidInput(f"pooling must be one of {', '.join(POOLING_MODES)}, "
+                               f"got {pooling!r}")
+        #: True when no session state may be assumed to outlive a transaction (PgBouncer's
+        #: transaction pooling): no named prepared statements, settings applied per transaction
+        #: with SET LOCAL, LISTEN checked for delivery. See :meth:`_probe`.
+        self.transaction_pooling = pooling == "transaction"
+        #: Whether the server takes session settings as startup options.
+        self._options_ok = True
+        self._probe(detect=pooling == "auto")
         self._sizes = (min_size, max(max_size, min_size))
         self.pool = self._make_pool("delayq")
         self._relaxed_pool: ConnectionPool | None = None
@@ -126,15 +154,39 @@ class Database:
         self._lock = threading.Lock()
 
     def _make_pool(self, name: str, **settings: str) -> ConnectionPool:
-        kwargs: dict[str, Any] = {"autocommit": True,
-                                  "connect_timeout": int(max(self.connect_timeout_s, 1))}
+        kwargs = self._connect_kwargs({**SESSION_SETTINGS, **settings})
         if "application_name" not in conninfo_to_dict(self.url):
             kwargs["application_name"] = name  # tells the two pools apart in pg_stat_activity
-        kwargs["options"] = session_options(self.url, {**SESSION_SETTINGS, **settings})
+        configure = None
+        if self.transaction_pooling:
+            set_local = set_statement({**SESSION_SETTINGS, **settings}, local=True)
+
+            def configure(conn: psycopg.Connection[Any]) -> None:
+                conn._delayq_set_local = set_local  # type: ignore[attr-defined]
+                conn._delayq_begin = b"BEGIN; " + set_local  # type: ignore[attr-defined]
+        elif not self._options_ok:  # a session pooler that drops startup options: SET once
+            setup = set_statement({**SESSION_SETTINGS, **settings}, local=False)
+
+            def configure(conn: psycopg.Connection[Any]) -> None:
+                _simple(conn, setup)
         pool = ConnectionPool(self.url, min_size=self._sizes[0], max_size=self._sizes[1],
-                              kwargs=kwargs, timeout=self.connect_timeout_s, open=False, name=name)
+                              kwargs=kwargs, configure=configure, timeout=self.connect_timeout_s,
+                              open=False, name=name)
         pool.open(wait=False)
         return pool
+
+    def _connect_kwargs(self, settings: dict[str, str]) -> dict[str, Any]:
+        """psycopg.connect keywords: settings as startup ``options`` where the server takes
+        them (no round trip), and no automatic prepared statements behind a transaction pooler
+        (psycopg names them ``_pg3_N`` per connection; another client's server session has
+        them already, or not at all)."""
+        kwargs: dict[str, Any] = {"autocommit": True,
+                                  "connect_timeout": int(max(self.connect_timeout_s, 1))}
+        if self._options_ok:
+            kwargs["options"] = session_options(self.url, settings)
+        if self.transaction_pooling:
+            kwargs["prepare_threshold"] = None
+        return kwargs
 
     @property
     def relaxed_pool(self) -> ConnectionPool:
@@ -158,28 +210,56 @@ class Database:
                 # Sorts off: with those statistics another index plus a sort looked as cheap
                 # as the ordered scan; no hot statement needs a sort.
                 # tests/integration/test_schema.py checks their plans.
-                self._relaxed_pool = self._make_pool(
-                    "delayq-relaxed", synchronous_commit="off",
-                    plan_cache_mode="force_generic_plan", enable_seqscan="off",
-                    enable_bitmapscan="off", enable_sort="off")
+                self._relaxed_pool = self._make_pool("delayq-relaxed", **RELAXED_SETTINGS)
             return self._relaxed_pool
 
-    def _probe(self) -> None:
-        """Connect once up front so a bad URL or a down server fails fast with libpq's reason."""
-        try:
-            psycopg.connect(self.url, connect_timeout=int(max(self.connect_timeout_s, 1))).close()
-        except psycopg.Error as exc:
-            raise translate(exc, self.url) from exc
+    def _probe(self, *, detect: bool) -> None:
+        """Connect once up front so a bad URL or a down server fails fast with libpq's reason,
+        and (``detect``) find out whether session state holds.
 
-    def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
-        """A dedicated connection outside the pool (LISTEN needs one that stays put)."""
+        PgBouncer refuses the ``options`` startup parameter ("unsupported startup parameter")
+        or, told to ignore it, drops it silently; either way the connection is not a session
+        of delayq's own, and in its usual (transaction) mode nothing else survives a
+        transaction either. The pool mode itself cannot be read through the pooler, so a
+        detected pooler is taken as transaction pooling (correct in both modes);
+        ``pooling="session"`` keeps the fast paths behind a session pooler."""
+        timeout = int(max(self.connect_timeout_s, 1))
+        options = session_options(self.url, {**SESSION_SETTINGS, _MARKER: "on"})
         try:
-            kwargs.setdefault("options", session_options(self.url, SESSION_SETTINGS))
-            return psycopg.connect(
-                self.url, autocommit=True, connect_timeout=int(self.connect_timeout_s), **kwargs
-            )
+            try:
+                conn = psycopg.connect(self.url, connect_timeout=timeout, options=options)
+            except psycopg.OperationalError as exc:
+                if "unsupported startup parameter" not in str(exc):
+                    raise
+                conn = psycopg.connect(self.url, connect_timeout=timeout)
+                self._options_ok = False
+            with conn:
+                if self._options_ok:
+                    row = conn.execute("SELECT current_setting(%s, true)", (_MARKER,),
+                                       prepare=False).fetchone()
+                    self._options_ok = bool(row and row[0] == "on")
         except psycopg.Error as exc:
             raise translate(exc, self.url) from exc
+        if detect and not self._options_ok:
+            self.transaction_pooling = True
+            log.info("delayq: %s drops session settings (a pooler such as PgBouncer): "
+                     "no named prepared statements, settings applied per transaction",
+                     mask_password(self.url))
+
+    def connect(self, *, listen: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:
+        """A dedicated connection outside the pool (LISTEN needs one that stays put; with
+        ``listen`` it goes to :attr:`listen_url`)."""
+        url = self.listen_url if listen else self.url
+        try:
+            params = self._connect_kwargs(SESSION_SETTINGS)
+            if listen and url != self.url:  # a direct server: it takes startup options
+                params.update(options=session_options(url, SESSION_SETTINGS))
+                params.pop("prepare_threshold", None)
+            params.update(kwargs)
+            return psycopg.connect(url, **params)
+        except psycopg.Error as exc:
+            raise translate(exc, url) from exc
+
 
     def run(
         self,
@@ -199,7 +279,7 @@ class Database:
             pool = self._relaxed_pool if self._relaxed_pool is not None else self.relaxed_pool
         while True:
             try:
-                return run_on_pooled(pool, work)
+                return run_on_pooled(pool, work, self.transaction_pooling)
             except TRANSIENT_ERRORS as exc:
                 delays = delays or self.retry.delays()
                 delay = next(delays, None)
@@ -238,6 +318,8 @@ class Database:
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection inside one transaction, without the retry loop (caller retries)."""
         with self.pool.connection() as conn, conn.transaction():
+            if self.transaction_pooling:
+                _simple(conn, conn._delayq_set_local)  # type: ignore[attr-defined]
             yield conn
 
     def close(self) -> None:
@@ -255,12 +337,19 @@ class Database:
         self.close()
 
 
-def run_on_pooled(pool: ConnectionPool, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+def run_on_pooled(pool: ConnectionPool, work: Callable[[psycopg.Connection[Any]], T],
+                  in_transaction: bool = False) -> T:
     """``work`` on a connection of ``pool``, with what ``with pool.connection()`` does (commit on
     success, rollback on error, return to the pool) minus its context managers: those cost
-    ~11 us of client CPU per call (measured: 20 us vs 9 us), once per publish and per poll."""
+    ~11 us of client CPU per call (measured: 20 us vs 9 us), once per publish and per poll.
+
+    ``in_transaction`` (behind a transaction pooler): ``work`` runs inside a transaction opened
+    with the pool's settings as SET LOCAL, so they hold on whichever server connection the
+    pooler lends; ``work``'s own ``conn.transaction()`` becomes a savepoint."""
     conn = pool.getconn()
     try:
+        if in_transaction:
+            _simple(conn, conn._delayq_begin)  # type: ignore[attr-defined]
         result = work(conn)
         if conn.pgconn.transaction_status != TransactionStatus.IDLE:
             conn.commit()
@@ -295,6 +384,24 @@ def session_options(url: str, settings: dict[str, str]) -> str:
     ours = " ".join(f"-c {k}={v}" for k, v in settings.items())
     theirs = conninfo_to_dict(url).get("options")
     return f"{ours} {theirs}" if theirs else ours
+
+
+def set_statement(settings: dict[str, str], *, local: bool) -> bytes:
+    """``SET [LOCAL] name = 'value'; ...`` for delayq's own fixed settings (names and values
+    are constants of this module, never user input)."""
+    scope = "LOCAL " if local else ""
+    return "; ".join(f"SET {scope}{name} = '{value}'" for name, value in settings.items()).encode()
+
+
+def _simple(conn: psycopg.Connection[Any], statements: bytes) -> None:
+    """Run ``statements`` through libpq's simple protocol (several per round trip, nothing
+    prepared); raise psycopg's exception on failure."""
+    result = conn.pgconn.exec_(statements)
+    if result.status not in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK):
+        if conn.pgconn.status == ConnStatus.BAD:
+            raise psycopg.OperationalError(
+                f"connection lost: {conn.pgconn.error_message.decode(errors='replace').strip()}")
+        raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
 
 
 def as_arrays(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:

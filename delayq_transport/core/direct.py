@@ -5,9 +5,9 @@ cursor a statement pays for query conversion, adaptation (arrays are costly), a
 generator-driven wait and result loading; prepared once per connection and run with libpq's
 ``PQexecPrepared`` (psycopg's ``PGconn.exec_prepared``, which releases the GIL while it waits)
 it pays for little more than the round trip. Client CPU of a whole call, this revision against
-the one before (``bench/profile_direct.py`` run with each on ``PYTHONPATH``, alternately):
+the one before (``bench/diagnostics/profile_direct.py`` run with each on ``PYTHONPATH``, alternately):
 ``offer(durable=False)`` 66 -> 43 us, a poll of 5 rows 192 -> 131 us (issue 11); the server's
-share is unchanged (``bench/profile_publish.py``).
+share is unchanged (``bench/diagnostics/profile_publish.py``).
 
 The boundary stays narrow: the statement text still comes from queries.sql, its ``%(name)s``
 placeholders become ``$n`` here, values are still bound parameters (text format, bytea in
@@ -71,6 +71,10 @@ class DirectStatement:
         encoding = state.encoding
         # None is SQL NULL to libpq; psycopg's type hint leaves it out.
         values: list[Any] = [_encode(params[n], encoding) for n in self.names]
+        if state.unnamed:  # behind a transaction pooler: parse, bind and run in one message
+            result = conn.pgconn.exec_params(self.sql, values, None, self.formats)
+            _check(conn, result)
+            return result
         if self.name not in state.prepared:
             self._prepare(conn)
             state.prepared.add(self.name)
@@ -100,15 +104,19 @@ class DirectStatement:
 
 
 class _ConnState:
-    """What a connection has prepared, its client encoding (read once: it is a lookup), and
-    the loader of its results."""
+    """What a connection has prepared, its client encoding (read once: it is a lookup), the
+    loader of its results, and whether it may prepare at all: a connection behind a
+    transaction pooler (the pool's configure step gave it ``_delayq_begin``, see
+    :class:`~.db.Database`) lends a different server session to every transaction, where a
+    named statement exists already or not at all."""
 
-    __slots__ = ("encoding", "loader", "prepared")
+    __slots__ = ("encoding", "loader", "prepared", "unnamed")
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.encoding = conn.info.encoding
         self.loader: abc.Transformer = Transformer(conn)
         self.prepared: set[bytes] = set()
+        self.unnamed = hasattr(conn, "_delayq_begin")
 
 
 def _encode(value: Any, encoding: str) -> bytes | None:

@@ -19,6 +19,17 @@ class DatabaseUnavailable(DelayqError, ConnectionError):
     """The database could not be reached, or stayed unreachable through every retry."""
 
 
+class ListenUndeliverable(DatabaseUnavailable):
+    """LISTEN cannot deliver notifications on this connection (a transaction pooler such as
+    PgBouncer lends the session to other clients between transactions). Not transient: the
+    consumer polls instead, or LISTENs through a direct ``listen_url``. ``expected``: known
+    before trying (a detected pooler), so worth a log line at INFO rather than a warning."""
+
+    def __init__(self, message: str, *, expected: bool = False) -> None:
+        super().__init__(message)
+        self.expected = expected
+
+
 class DatabaseError(DelayqError):
     """The database refused an operation for a reason retrying will not fix."""
 

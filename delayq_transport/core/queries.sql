@@ -425,6 +425,16 @@ ALTER TABLE {table} SET (
 -- Subscribe a connection to this table's wake-ups.
 LISTEN {channel}
 
+-- listen_probe --
+-- core/listen.py: a notification sent from another (pooled) connection, which a new LISTEN
+-- connection waits for: behind a pooler LISTEN succeeds and its notifications never arrive.
+SELECT pg_notify({channel_literal}, %(payload)s)
+
+-- unlisten --
+-- core/listen.py: leave the channel before giving up on a LISTEN that cannot deliver, so the
+-- server session a pooler hands to someone else does not keep receiving every wake-up.
+UNLISTEN *
+
 -- bindings_upsert --
 -- Record (or refresh) an exchange binding so every process routes the same way.
 INSERT INTO {bindings} ("exchange", "routingKey", "queue", "pattern", "exchangeType", "autoDelete", "seenAt")

@@ -381,6 +381,12 @@ class DelayedQueue:
                                 relaxed=self.relaxed)
         return [(r[0], int(r[1])) for r in rows]
 
+    def disable_watermarks(self) -> None:
+        """Scan from the bottom on every poll from now on: the low watermark is only sound
+        while every publish is announced to this process (it is lowered by each NOTIFY), and
+        a consumer whose LISTEN cannot deliver (behind a transaction pooler) hears none."""
+        self.watermarks = None
+
     def lower_watermark(self, kind: str, at_ms: int) -> None:
         """A row of ``kind`` is due at ``at_ms`` (a NOTIFY said so): the next poll must not
         start above it. No-op without ``low_watermark``."""

@@ -118,6 +118,9 @@ class DelayqBroker(Broker):
         namespace: str = names.NAMESPACE,
         ensure_schema: bool = True,
         pool_size: int = 8,
+        pooling: str = "auto",
+        listen_url: str | None = None,
+        unheard_polling_interval: float = 0.5,
     ) -> None:
         super().__init__(middleware=middleware)
         if max_priority is not None and not 0 <= max_priority < names.MAX_PRIORITY_LEVELS:
@@ -127,6 +130,9 @@ class DelayqBroker(Broker):
         self.namespace = namespace
         self.max_priority = max_priority or 0
         self.polling_interval = float(polling_interval)
+        #: The poll interval when LISTEN cannot deliver (behind a transaction pooler without
+        #: ``listen_url``): the bound on how late a new message is found.
+        self.unheard_polling_interval = float(unheard_polling_interval)
         self.lease_s = float(acquire_timeout)
         self.dead_message_ttl_s = dead_message_ttl / 1000
         self.durable_publish = durable_publish
@@ -136,7 +142,7 @@ class DelayqBroker(Broker):
             url = url or os.environ.get("DELAYQ_DATABASE_URL")
             if not url:
                 raise InvalidInput("DelayqBroker needs url=, database= or DELAYQ_DATABASE_URL")
-            database = Database(url, max_size=pool_size)
+            database = Database(url, max_size=pool_size, pooling=pooling, listen_url=listen_url)
         self.db = database
         self.queue = DelayedQueue(database, kind=f"{namespace}:", table=table,
                                   acquire_timeout=timedelta(seconds=acquire_timeout),

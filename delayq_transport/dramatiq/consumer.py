@@ -22,7 +22,7 @@ from dramatiq.errors import DecodeError
 from dramatiq.message import Message
 
 from ..core import partitions
-from ..core.errors import DatabaseError, DatabaseUnavailable
+from ..core.errors import DatabaseError, DatabaseUnavailable, ListenUndeliverable
 from ..core.listen import Listener
 from ..core.timeutil import to_ms
 from ..core.types import Envelope
@@ -340,6 +340,8 @@ class Hub:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._listener: Listener | None = None
+        #: LISTEN cannot deliver (a transaction pooler): poll instead, do not try again.
+        self._unheard = False
 
     def register(self, consumer: DelayqConsumer) -> None:
         with self._lock:
@@ -392,9 +394,16 @@ class Hub:
         """Notifications within ``timeout_s``; None when they may have been lost (a new or
         re-established LISTEN connection): every consumer then polls once."""
         listener = self._listener
+        if self._unheard:  # LISTEN cannot deliver here: poll on the short interval
+            self._stop.wait(min(timeout_s, self.broker.unheard_polling_interval))
+            return None
         if listener is None or listener.closed:
             try:
                 self._listener = Listener(self.broker.db, self.broker.queue.queries)
+            except ListenUndeliverable as exc:
+                log.log(logging.INFO if exc.expected else logging.WARNING, "delayq: %s", exc)
+                self._unheard = True
+                self.broker.queue.disable_watermarks()  # only NOTIFYs keep it sound
             except DatabaseUnavailable as exc:
                 log.warning("delayq: LISTEN unavailable, polling until it is back: %s", exc)
                 self._stop.wait(timeout_s)

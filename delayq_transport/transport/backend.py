@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from typing import Any
 
 from ..core.bindings import Bindings
 from ..core.db import Database
+from ..core.errors import ListenUndeliverable
 from ..core.listen import Listener
 from ..core.publish_buffer import PublishBuffer, check_linger
 from ..core.queue import DelayedQueue
@@ -16,6 +18,8 @@ from ..core.schema import set_unlogged
 from ..core.watermark import DEFAULT_FULL_RESCAN_INTERVAL_S
 from . import message as msg
 from .options import DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE
+
+log = logging.getLogger(__name__)
 
 
 class Backend:
@@ -32,7 +36,9 @@ class Backend:
         self.table = options.get("table", "delayed_queue")
         self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)),
                            connect_timeout_s=float(options.get("connect_timeout",
-                                                               DEFAULT_CONNECT_TIMEOUT_S)))
+                                                               DEFAULT_CONNECT_TIMEOUT_S)),
+                           pooling=str(options.get("pooling", "auto")),
+                           listen_url=options.get("listen_url"))
         try:
             self.queue = DelayedQueue(
                 self.db,
@@ -53,6 +59,8 @@ class Backend:
         except BaseException:
             self.db.close()
             raise
+        #: Why LISTEN cannot deliver in this process (None: it can, or was not tried yet).
+        self.listen_error: ListenUndeliverable | None = None
         self.bindings = Bindings(self.db, self.queue.queries)
         self.users = 0
         self._by_kind: dict[str, DelayedQueue] = {}
@@ -73,8 +81,20 @@ class Backend:
         return queue
 
     def listener(self) -> Listener:
-        """A new LISTENing connection for this table's wake-ups."""
-        return Listener(self.db, self.queue.queries)
+        """A new LISTENing connection for this table's wake-ups.
+
+        Raises ListenUndeliverable, once found and from then on without trying again, when
+        LISTEN cannot deliver (see core/listen.py); the poll's low watermark, which only NOTIFYs
+        keep sound, is then off for this process."""
+        if self.listen_error is not None:
+            raise self.listen_error
+        try:
+            return Listener(self.db, self.queue.queries)
+        except ListenUndeliverable as exc:
+            self.listen_error = exc
+            self.queue.disable_watermarks()
+            log.log(logging.INFO if exc.expected else logging.WARNING, "delayq: %s", exc)
+            raise
 
     @classmethod
     def acquire(cls, url: str, options: dict[str, Any]) -> Backend:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 DEFAULT_POLLING_INTERVAL_S = 5.0
+#: The poll interval of a worker whose LISTEN cannot deliver (behind a transaction pooler
+#: without a direct ``listen_url``): the bound on how late a newly published task is found.
+DEFAULT_UNHEARD_POLLING_INTERVAL_S = 0.5
 DEFAULT_BATCH_SIZE = 100
 DEFAULT_POOL_SIZE = 4
 #: Per connection attempt (kombu's ``connect_timeout`` overrides it: Celery's
@@ -25,5 +28,6 @@ DEFAULT_CLOSE_WAIT_S = 5.0
 #: Celery's broadcast exchange for remote control (``revoke`` of a waiting task deletes it).
 CONTROL_EXCHANGE = "celery.pidbox"
 #: Options that configure the shared :class:`~.backend.Backend` (pool and queue).
-BACKEND_OPTIONS = ("table", "pool_size", "acquire_timeout", "ensure_schema", "durable_acks",
-                   "low_watermark", "full_rescan_interval", "unlogged_table", "publish_linger")
+BACKEND_OPTIONS = ("table", "pool_size", "pooling", "listen_url", "acquire_timeout",
+                   "ensure_schema", "durable_acks", "low_watermark", "full_rescan_interval",
+                   "unlogged_table", "publish_linger")

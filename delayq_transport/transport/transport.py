@@ -33,6 +33,14 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
 * ``acquire_timeout``: lease of a delivered, unacknowledged message (default 60). A live
   consumer extends it every third of the lease; a dead one's messages come back after it.
 * ``polling_interval``: fallback poll when no notification arrives (default 5).
+* ``pooling``: ``auto`` (default) detects a pooler that drops session settings (PgBouncer) and
+  then assumes transaction pooling: no named prepared statements, settings per transaction
+  (SET LOCAL), no LISTEN through it; ``session`` keeps the fast paths behind a session pooler;
+  ``transaction`` skips the detection.
+* ``listen_url``: a direct PostgreSQL URL for the LISTEN connection, past a transaction pooler
+  (push wake-ups instead of polling).
+* ``unheard_polling_interval``: the poll interval when LISTEN cannot deliver (default 0.5): the
+  bound on how late a new task is found behind a transaction pooler without ``listen_url``.
 * ``table``: queue table (default ``delayed_queue``).
 * ``pool_size``: pooled connections per process (default 4), plus one LISTEN connection.
 * ``batch_size``: most messages taken per poll (default 100; capped by prefetch).
@@ -364,7 +372,7 @@ class Transport(virtual.Transport):
         # first, before it looks at any channel (and finds none wanting when none consumes).
         if not self._should_poll():
             return
-        if self.wakeups.listener is None:
+        if self.wakeups.listener is None and not self.wakeups.unheard:
             self.wakeups.reset()  # LISTEN was lost and could not be re-established yet
         self._start_poll()
 

@@ -21,9 +21,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import DatabaseUnavailable
+from ..core.errors import DatabaseUnavailable, ListenUndeliverable
 from ..core.listen import Listener
-from .options import BACKLOG_DRAIN_INTERVAL_S
+from .options import BACKLOG_DRAIN_INTERVAL_S, DEFAULT_UNHEARD_POLLING_INTERVAL_S
 
 if TYPE_CHECKING:
     from .transport import Transport
@@ -42,6 +42,10 @@ class Wakeups:
         #: Read on a timer instead of on every notification (a channel has a backlog).
         self.deaf = False
         self._deaf_timer: Any = None
+        #: LISTEN cannot deliver (behind a transaction pooler): the transport polls every
+        #: ``unheard_polling_interval`` instead, and does not try LISTEN again.
+        self.unheard = False
+        self._unheard_timer: Any = None
 
     @property
     def fd(self) -> int | None:
@@ -53,15 +57,36 @@ class Wakeups:
         self._hub = hub
         if self.listener is not None and not self.deaf:
             hub.add_reader(self.listener.fd, self.drain)
+        if self.unheard:
+            self._poll_instead()
 
     def ensure(self) -> None:
+        if self.unheard:
+            return
         with self._lock:
             if self.listener is not None and not self.listener.closed:
                 return
-            self.listener = self.transport.backend.listener()
-            fd = self.listener.fd
-        if self._hub is not None and not self.deaf:
+            try:
+                self.listener = self.transport.backend.listener()
+            except ListenUndeliverable:
+                self.unheard = True
+            else:
+                fd = self.listener.fd
+        if self.unheard:
+            self._poll_instead()
+        elif self._hub is not None and not self.deaf:
             self._hub.add_reader(fd, self.drain)
+
+    def _poll_instead(self) -> None:
+        """No wake-ups will come: poll on a short fixed interval (the bound on how late a new
+        task is found; a known next due time is still met by its own timer)."""
+        transport = self.transport
+        interval = float(transport.options.get("unheard_polling_interval",
+                                               DEFAULT_UNHEARD_POLLING_INTERVAL_S))
+        transport.polling_interval = min(transport.polling_interval, interval)
+        if self._hub is not None and self._unheard_timer is None:
+            self._unheard_timer = self._hub.call_repeatedly(transport.polling_interval,
+                                                            transport._wake)
 
     def deafen(self, deaf: bool) -> None:
         """Read the socket on a timer (``deaf``) or on every notification. Hearing again reads

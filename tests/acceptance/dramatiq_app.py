@@ -39,7 +39,9 @@ def _conn() -> psycopg.Connection:
     """One connection per worker thread: connecting per run would dominate the runtime."""
     conn = getattr(_local, "conn", None)
     if conn is None or conn.closed:
-        conn = _local.conn = psycopg.connect(URL, autocommit=True)
+        # No prepared statements: the test database may sit behind PgBouncer's transaction
+        # pooling (tests/topology), where a statement prepared on one server session is gone.
+        conn = _local.conn = psycopg.connect(URL, autocommit=True, prepare_threshold=None)
     return conn
 
 
