@@ -9,17 +9,21 @@ partition is one part, applied and recorded in its own transaction (:mod:`.parti
   a run recorded in part is checked first (:func:`verify_parts`, one pass without writes):
   every recorded part must still be there with the same records;
 * in the job, each key's 64-bit hash (:func:`key_hashes`) feeds its part's fingerprint;
-* after every partition is in, the whole run is recorded.
+* after every partition is in, the driver records the whole run, on the connection it opened
+  first (:func:`driver_queue`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from functools import partial
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from ..core.db import normalize_url
 from ..core.errors import InvalidInput, RunMismatch
 from ..core.queue import DelayedQueue
 from ..core.runs import (
@@ -27,11 +31,10 @@ from ..core.runs import (
     Recorded,
     RunState,
     prune_runs,
-    record_run,
     run_state,
     validate_run_id,
 )
-from ..core.timeutil import duration_ms, to_ms
+from ..core.timeutil import duration_ms
 from .partition import FINGERPRINTS, fingerprint_partition
 from .rows import Plan
 
@@ -51,16 +54,21 @@ def check_run_options(run_id: object, retention: timedelta | float) -> int:
     return retention_ms
 
 
-def probe(database_url: str, table: str, kind: str, run_id: str | None,
-          retention_ms: int) -> tuple[int, RunState | None]:
-    """Connect and migrate on the driver (fail fast) and read the one clock of the job; for a
-    run, also prune the ledger and read what it holds of this run."""
+@contextmanager
+def driver_queue(database_url: str, table: str, kind: str) -> Iterator[DelayedQueue]:
+    """The driver's one connection for a job, open from the start (connect and migrate: fail
+    fast) to the whole run's record after the job."""
+    normalize_url(database_url)
     with DelayedQueue(database_url, kind=kind, table=table, pool_max_size=1) as queue:
-        now_ms = to_ms(queue.now(), what="database now")
-        if run_id is None:
-            return now_ms, None
-        prune_runs(queue, retention_ms)
-        return now_ms, run_state(queue, run_id)
+        yield queue
+
+
+def open_run(queue: DelayedQueue, run_id: str | None, retention_ms: int) -> RunState | None:
+    """For a run: prune the ledger (retention), then read what it holds of this run."""
+    if run_id is None:
+        return None
+    prune_runs(queue, retention_ms)
+    return run_state(queue, run_id)
 
 
 def verify_parts(records: DataFrame, plan: Plan, state: RunState) -> None:
@@ -81,12 +89,6 @@ def verify_parts(records: DataFrame, plan: Plan, state: RunState) -> None:
             "changed, so rows already applied could be scheduled again. Nothing was written. "
             "Re-run with the input and partitioning of the first attempt, or under a new run "
             "id (keys then protect only rows still waiting)")
-
-
-def record_whole_run(database_url: str, table: str, kind: str, run_id: str, rows: int) -> None:
-    with DelayedQueue(database_url, kind=kind, table=table, pool_max_size=1,
-                      ensure_schema=False) as queue:
-        record_run(queue, run_id, rows)
 
 
 def key_hashes(record: Column) -> Column:

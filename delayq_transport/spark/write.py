@@ -47,9 +47,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..core import errors, validate_table_name
-from ..core.db import normalize_url
 from ..core.errors import DelayqError, InvalidInput
-from ..core.timeutil import duration_ms
+from ..core.runs import RunState, record_run
+from ..core.timeutil import duration_ms, to_ms
 from ..core.validate import validate_kind
 from ..transport import message
 from .encode import jvm_capable, jvm_records
@@ -58,9 +58,9 @@ from .rows import BadRow, Plan, describe, eta_ms, past_reason, slow_record
 from .runs import (
     RUN_RETENTION,
     check_run_options,
+    driver_queue,
     key_hashes,
-    probe,
-    record_whole_run,
+    open_run,
     verify_parts,
 )
 from .session import check_executors
@@ -161,22 +161,32 @@ def schedule_tasks(
     if eta_column is not None and key is None:
         _refuse_unstable_eta(projected)
     kind = message.kind_for(queue, priority)
-    normalize_url(database_url)
-    now_ms, state = probe(database_url, table, kind, run_id, retention_ms)
-    if state is not None and state.complete is not None:
-        return ScheduleResult(0, 0, 0, 0, elapsed_s=time.monotonic() - started,
-                              skipped=state.complete.rows)
-    plan = Plan(
-        database_url=database_url, table=table, task=task, queue=queue, priority=priority,
-        kind=kind, now_ms=now_ms, countdown_ms=countdown_ms,
-        has_key=key is not None, arg_count=len(args), kwarg_names=tuple(kwargs),
-        ntz_fields=_ntz_fields(projected), past_eta=past_eta,
-        can_update=on_conflict == "update", chunk_size=chunk_size,
-        origin=f"delayq-spark@{socket.gethostname()}", sample_size=sample_size, run_id=run_id,
-    )
-    if check_workers:
-        check_executors(spark or df.sparkSession, database_url)
-    if past_eta == "error" and countdown_ms is None:
+    with driver_queue(database_url, table, kind) as driver:
+        state = open_run(driver, run_id, retention_ms)
+        if state is not None and state.complete is not None:
+            return ScheduleResult(0, 0, 0, 0, elapsed_s=time.monotonic() - started,
+                                  skipped=state.complete.rows)
+        plan = Plan(
+            database_url=database_url, table=table, task=task, queue=queue, priority=priority,
+            kind=kind, now_ms=to_ms(driver.now(), what="database now"),
+            countdown_ms=countdown_ms, has_key=key is not None, arg_count=len(args),
+            kwarg_names=tuple(kwargs), ntz_fields=_ntz_fields(projected), past_eta=past_eta,
+            can_update=on_conflict == "update", chunk_size=chunk_size,
+            origin=f"delayq-spark@{socket.gethostname()}", sample_size=sample_size,
+            run_id=run_id,
+        )
+        if check_workers:
+            check_executors(spark or df.sparkSession, database_url)
+        result = _write(projected, plan, state, started)
+        if run_id is not None:
+            record_run(driver, run_id, result.total - result.bad)
+        return result
+
+
+def _write(projected: DataFrame, plan: Plan, state: RunState | None,
+           started: float) -> ScheduleResult:
+    """The Spark job: every partition writes (or, for a run, skips) its rows."""
+    if plan.past_eta == "error" and plan.countdown_ms is None:
         _refuse_past_etas(projected, plan)
     records = _records(projected, plan)
     if state is not None and state.parts:
@@ -184,11 +194,8 @@ def schedule_tasks(
     try:
         parts = records.mapInArrow(partial(write_partition, plan), COUNTS).collect()
     except Exception as exc:
-        raise _partition_failure(exc, run_id) from exc
-    result = _result(parts, sample_size, time.monotonic() - started)
-    if run_id is not None:
-        record_whole_run(database_url, table, kind, run_id, result.total - result.bad)
-    return result
+        raise _partition_failure(exc, plan.run_id) from exc
+    return _result(parts, plan.sample_size, time.monotonic() - started)
 
 
 def _check_options(
