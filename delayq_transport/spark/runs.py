@@ -92,6 +92,7 @@ def verify_parts(records: DataFrame, plan: Plan, state: RunState) -> None:
 
 
 def key_hashes(record: Column) -> Column:
-    """xxhash64 of the key inside each binary COPY tuple (null for a null tuple)."""
+    """xxhash64 of the key inside each binary COPY tuple (null for a null tuple): the same
+    value as ``xxhash64`` of the key string, which the JVM encoder hashes directly."""
     key_length = F.conv(F.hex(record.substr(3, 4)), 16, 10).cast("int")
     return F.when(record.isNotNull(), F.xxhash64(record.substr(F.lit(_KEY_AT), key_length)))

@@ -335,14 +335,15 @@ def _records(projected: DataFrame, plan: Plan) -> DataFrame:
     for the Python encoder. Other jobs go through the Python encoder as a UDF.
     """
     if jvm_capable(projected, plan):
-        records = jvm_records(projected, plan).select(
+        fingerprint = [F.col("_dq_fp").alias("fp")] if plan.run_id is not None else []
+        return jvm_records(projected, plan).select(
             F.col("_dq_record").alias("record"), F.lit(None).cast("string").alias("reason"),
-            F.lit(None).cast("string").alias("shown"), F.col("_dq_row").alias("row"))
-    else:
-        encode = F.udf(lambda row: slow_record(plan, row), _RECORDS)
-        every = F.struct(*[F.col(c) for c in projected.columns])
-        records = projected.select(encode(every).alias("r")).select(
-            "r.*", F.lit(None).cast("string").alias("row"))
+            F.lit(None).cast("string").alias("shown"), F.col("_dq_row").alias("row"),
+            *fingerprint)
+    encode = F.udf(lambda row: slow_record(plan, row), _RECORDS)
+    every = F.struct(*[F.col(c) for c in projected.columns])
+    records = projected.select(encode(every).alias("r")).select(
+        "r.*", F.lit(None).cast("string").alias("row"))
     if plan.run_id is None:
         return records
     return records.withColumn("fp", key_hashes(F.col("record")))
