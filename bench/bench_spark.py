@@ -8,8 +8,11 @@ One run reports, on one fresh database:
    ``INSERT ... ON CONFLICT`` merge per 50,000 rows), which ``schedule_tasks`` uses;
 2. ``schedule_tasks`` end to end (job start to return) on ``--master``, first run and re-run
    (every row ``ignored``), counts checked exactly;
+   then the same jobs without and with a ``run_id`` (the run ledger of issue 29), in
+   ``--ledger-rounds`` alternating pairs, at the bulk size and at one micro-batch's size
+   (``_spark_ledger.py``);
 3. ``schedule_stream`` over ``--stream-rows`` rows in 20 parquet files (file source, 4 files
-   per micro-batch, ``availableNow``);
+   per micro-batch, ``availableNow``; every batch a run of the ledger);
 4. ``queue_dataframe`` over a ``--read-rows`` table (filled server-side, untimed): one full
    read, and the three reports of ``delayq spark-report``;
 5. ``apply_async(eta=...)`` in one process on delayq and on Redis for reference (a sample;
@@ -53,6 +56,7 @@ from _common import (
     run_line,
     write_results,
 )
+from _spark_ledger import ledger_ab, spark_cpu_s
 from psycopg import sql
 
 TASK = "bench_spark.remind"
@@ -155,14 +159,19 @@ def users(spark: Any, rows: int, partitions: int, base: datetime) -> Any:
     )
 
 
-def schedule_runs(spark: Any, url: str, rows: int, partitions: int,
-                  base: datetime) -> dict[str, Any]:
+def schedule_with(url: str) -> Callable[..., Any]:
     from delayq_transport.spark import schedule_tasks
 
-    def schedule(df: Any, task: str = TASK) -> Any:
+    def schedule(df: Any, task: str = TASK, run_id: str | None = None) -> Any:
         return schedule_tasks(df, task, "eta", args=["user_id"], kwargs={"email": "email"},
-                              queue=QUEUE, database_url=url)
+                              queue=QUEUE, database_url=url, run_id=run_id)
 
+    return schedule
+
+
+def schedule_runs(spark: Any, url: str, rows: int, partitions: int,
+                  base: datetime) -> dict[str, Any]:
+    schedule = schedule_with(url)
     schedule(users(spark, WARMUP_ROWS, 2, base), task=TASK + ".warmup")  # JIT, workers
     df = users(spark, rows, partitions, base)
     first = schedule(df)
@@ -174,6 +183,21 @@ def schedule_runs(spark: Any, url: str, rows: int, partitions: int,
     return {"rows": rows, "partitions": partitions, "seconds": first.elapsed_s,
             "rate": first.rows_per_s, "rerun_seconds": again.elapsed_s,
             "rerun_rate": again.rows_per_s}
+
+
+def ledger_runs(spark: Any, url: str, admin_url: str, sizes: dict[str, tuple[int, int]],
+                base: datetime, rounds: int) -> dict[str, Any]:
+    """Without vs with a run id, per size (rows, partitions)."""
+    out = {}
+    for label, (rows, partitions) in sizes.items():
+        out[label] = ab = ledger_ab(users(spark, rows, partitions, base), rows,
+                                    schedule_with(url), url, rounds,
+                                    lambda: checkpoint(admin_url), lambda: spark_cpu_s(spark),
+                                    label)
+        console.print(f"{label} ({rows:,} rows): keys only {fmt_rate(ab['median']['keys'])}, "
+                      f"run_id {fmt_rate(ab['median']['run_id'])} rows/s; run_id/keys over "
+                      f"{rounds} pairs: rate {ab['ratio']:.3f}x, Spark CPU {ab['cpu_ratio']:.3f}x")
+    return out
 
 
 def stream_run(spark: Any, url: str, rows: int, files: int, base: datetime) -> dict[str, Any]:
@@ -298,6 +322,9 @@ def result_rows(data: dict[str, Any]) -> list[list[str]]:
             "partitions)", s["rows"], s["seconds"], s["rate"]),
         row("Spark `schedule_tasks`, re-run (every row `ignored`)", s["rows"],
             s["rerun_seconds"], s["rerun_rate"]),
+        *[row(f"Spark `schedule_tasks`, {label} size, {mode} (median of "
+              f"{ab['rounds']})", ab["rows"], "-", ab["median"][mode])
+          for label, ab in data.get("ledger", {}).items() for mode in ("keys", "run_id")],
         row(f"Spark `schedule_stream`, {st['batches']} micro-batches", st["rows"], st["seconds"],
             st["rate"]),
         row(f"Spark `queue_dataframe` full read, {rd['partitions']} partitions", rd["rows"],
@@ -309,12 +336,26 @@ def result_rows(data: dict[str, Any]) -> list[list[str]]:
 
 def plot(data: dict[str, Any]) -> Path:
     rows = result_rows(data)
-    labels = ["COPY limit", "COPY+merge", "schedule_tasks", "re-run", "stream", "read",
-              *[f"apply_async\n{b}" for b in data["apply_async"]]]
+    labels = ["COPY limit", "COPY+merge", "schedule_tasks", "re-run",
+              *[f"{label}\n{mode}" for label in data.get("ledger", {})
+                for mode in ("keys", "run_id")],
+              "stream", "read", *[f"apply_async\n{b}" for b in data["apply_async"]]]
     rates = [float(r[3].replace(",", "")) for r in rows]
     return grouped_bar_chart(PLOT, labels, {"rows/s": rates},
                              title="Spark pipeline: rows per second (one run)",
                              ylabel="rows/s", log_scale=True)
+
+
+def ledger_text(data: dict[str, Any]) -> str:
+    """What a run id cost in this run, per size."""
+    parts = [f"{label} ({ab['rows']:,} rows): rate {ab['ratio']:.3f}×, Spark CPU "
+             f"{ab['cpu_ratio']:.3f}×" for label, ab in data.get("ledger", {}).items()]
+    if not parts:
+        return ""
+    return ("\n**Run ids** (the run ledger): the same job without and with a "
+            "`run_id`, alternating, into an empty table each time; run_id / keys only, median "
+            f"over {next(iter(data['ledger'].values()))['rounds']} pairs: "
+            + "; ".join(parts) + ".\n")
 
 
 def section(data: dict[str, Any]) -> str:
@@ -343,6 +384,7 @@ and the re-run at least as fast: {met} ({ratio:.2f}×, re-run {rerun_ratio:.2f}�
 ![Spark pipeline rates](img/{PLOT.name})
 
 {how}
+{ledger_text(data)}
 """
 
 
@@ -357,14 +399,16 @@ and the re-run at least as fast: {met} ({ratio:.2f}×, re-run {rerun_ratio:.2f}�
 @click.option("--read-rows", type=click.IntRange(1), help="[10,000,000; quick 200,000]")
 @click.option("--sample", type=click.IntRange(1), help="apply_async calls [5,000; quick 1,000]")
 @click.option("--partitions", type=click.IntRange(1), default=8, show_default=True)
+@click.option("--ledger-rounds", type=click.IntRange(1), default=3, show_default=True,
+              help="Pairs of jobs without/with a run id, per size.")
 @click.option("--master", default="local[2]", show_default=True)
 @click.option("--redis-url", default=REDIS_URL, show_default=True)
 @click.option("--quick", is_flag=True, help="Smaller run (spark_quick.json, docs untouched).")
 @click.option("--docs/--no-docs", "write_docs", default=None,
               help="Rewrite the docs/benchmarks.md section [default: unless --quick].")
 def main(database_url: str, rows: int | None, stream_rows: int | None, read_rows: int | None,
-         sample: int | None, partitions: int, master: str, redis_url: str, quick: bool,
-         write_docs: bool | None) -> None:
+         sample: int | None, partitions: int, ledger_rounds: int, master: str, redis_url: str,
+         quick: bool, write_docs: bool | None) -> None:
     """Spark bulk scheduling, streaming and reading, against the raw COPY limit."""
     from delayq_transport.spark import local_session
 
@@ -385,6 +429,11 @@ def main(database_url: str, rows: int | None, stream_rows: int | None, read_rows
         try:
             data["schedule"] = schedule_runs(spark, url, rows, partitions, base)
             checkpoint(database_url)
+            loads.append(os.getloadavg()[0])
+            data["ledger"] = ledger_runs(
+                spark, url, database_url, {"bulk": (rows, partitions),
+                                           "micro-batch": (stream_rows // 5, FILES_PER_BATCH)},
+                base, ledger_rounds)
             loads.append(os.getloadavg()[0])
             data["stream"] = stream_run(spark, url, stream_rows, 20, base)
             loads.append(os.getloadavg()[0])

@@ -8,10 +8,14 @@ per-connection TEMP table, and merges every ``flush_rows`` rows into the queue t
 ``INSERT ... SELECT ... ON CONFLICT`` (``bulk_merge_ignore`` / ``bulk_merge_update``).
 
 Guarantees: outcomes are counted exactly per merge (created = rows inserted; with updates,
-``RETURNING`` tells created from updated; every other staged row was ignored). Each merge is
-one autocommit statement, so a writer that dies mid-way leaves whole merges behind and a
-re-run finds their keys (idempotent by ``(key, kind)``). Client memory is one caller chunk;
-the staged rows live in PostgreSQL until their merge.
+``RETURNING`` tells created from updated; every other staged row was ignored). Without a run,
+each merge is one autocommit statement, so a writer that dies mid-way leaves whole merges
+behind and a re-run finds their keys (idempotent by ``(key, kind)``, while the rows wait).
+With a :class:`~.runs.RunPart`, the writer applies one part of a run in **one transaction**:
+the staging table, every merge and the part's entry in the run ledger commit together, so a
+part is applied and recorded, or neither; a part already recorded writes nothing (its rows
+are only counted, to check they are the ones recorded: :mod:`.runs`). Client memory is one
+caller chunk; the staged rows live in PostgreSQL until their merge.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from psycopg import errors as pg_errors
 from .db import Database, translate
 from .errors import DatabaseError, InvalidInput
 from .queries import Queries
+from .runs import Recorded, RunPart, add_fingerprints, check_part, part_recorded, record_part
 
 #: Header and trailer of PostgreSQL's binary COPY format (signature, flags, extension length).
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
@@ -62,15 +67,18 @@ class BulkCounts:
     created: int = 0
     updated: int = 0
     ignored: int = 0
+    #: Rows of a run's part that was applied before (nothing written).
+    skipped: int = 0
 
     @property
     def total(self) -> int:
-        return self.created + self.updated + self.ignored
+        return self.created + self.updated + self.ignored + self.skipped
 
     def add(self, other: BulkCounts) -> None:
         self.created += other.created
         self.updated += other.updated
         self.ignored += other.ignored
+        self.skipped += other.skipped
 
 
 class BulkWriter:
@@ -78,8 +86,9 @@ class BulkWriter:
 
     ``write(data, rows)`` takes ``rows`` binary COPY tuples (no header: :func:`copy_record`
     or the same bytes built elsewhere); a merge runs whenever ``flush_rows`` are staged, and on
-    :meth:`close` (or leaving the ``with`` block without an error). :attr:`counts` are final
-    after that.
+    :meth:`finish` (or leaving the ``with`` block without an error). :attr:`counts` are final
+    after that. With ``run``, nothing is visible before :meth:`finish` commits, and each
+    ``write`` also takes the fingerprint of its tuples' keys (:func:`.runs.add_fingerprints`).
     """
 
     def __init__(
@@ -89,35 +98,62 @@ class BulkWriter:
         table: str = "delayed_queue",
         can_update: bool = False,
         flush_rows: int = FLUSH_ROWS,
+        run: RunPart | None = None,
     ) -> None:
         if not isinstance(flush_rows, int) or flush_rows < 1:
             raise InvalidInput(f"flush_rows must be a positive int, got {flush_rows!r}")
         self.queries = Queries(table)
         self.can_update = can_update
         self.flush_rows = flush_rows
+        self.run = run
         self.counts = BulkCounts()
+        #: Set when ``run``'s part was found applied before: writes are only counted then.
+        self.recorded: Recorded | None = None
         self._owned = isinstance(database, str)
         self._db = Database(database, max_size=1) if isinstance(database, str) else database
         self._conn: psycopg.Connection[Any] | None = None
+        self._opened = self._finished = False
         self._staged = 0
+        self._rows = 0  # tuples handed to write(), and their fingerprint (run mode)
+        self._fingerprint = 0
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None:
-            conn = self._db.connect()
-            try:
-                conn.execute(self.queries["bulk_session_setup"])
-                conn.execute(self.queries["bulk_stage_create"])
-            except psycopg.Error as exc:
-                conn.close()
-                raise translate(exc, self._db.url) from exc
-            self._conn = conn
-        return self._conn
+    def _open(self) -> psycopg.Connection[Any] | None:
+        """The connection with its staging table; None when the run's part is already in.
 
-    def write(self, data: bytes | memoryview | Iterable[bytes | memoryview], rows: int) -> None:
+        In run mode the part's transaction starts with the staging table: a TRUNCATE of a
+        table made in the same transaction empties it in place, where one made before would
+        keep every flush's old file until the commit.
+        """
+        if self._opened:
+            return self._conn
+        conn = self._db.connect()
+        try:
+            conn.execute(self.queries["bulk_session_setup"])
+            if self.run is not None:
+                self.recorded = part_recorded(conn, self.queries, self.run)
+                if self.recorded is not None:
+                    conn.close()
+                    self._opened = True
+                    return None
+                conn.autocommit = False
+            conn.execute(self.queries["bulk_stage_create"])
+        except psycopg.Error as exc:
+            conn.close()
+            raise translate(exc, self._db.url) from exc
+        self._conn, self._opened = conn, True
+        return conn
+
+    def write(self, data: bytes | memoryview | Iterable[bytes | memoryview], rows: int,
+              fingerprint: int = 0) -> None:
         """Stage ``rows`` tuples (one buffer, or an iterable of buffers); merge when full."""
         if rows <= 0:
             return
-        conn = self._connection()
+        self._rows += rows
+        if self.run is not None:
+            self._fingerprint = add_fingerprints(self._fingerprint, fingerprint)
+        conn = self._open()
+        if conn is None:
+            return
         try:
             with conn.cursor().copy(self.queries["bulk_stage_copy"]) as copy:
                 copy.write(COPY_HEADER)
@@ -145,9 +181,39 @@ class BulkWriter:
         self.counts.add(merged)
         return merged
 
+    def finish(self) -> BulkCounts:
+        """Merge what is left; in run mode, record the part and commit, or (the part was in
+        already) check that it holds the same records. Returns the final :attr:`counts`."""
+        if self.run is None:
+            self.flush()
+            return self.counts
+        if self._finished:
+            return self.counts
+        conn = self._open()
+        if conn is not None:
+            self.flush()
+            try:
+                if record_part(conn, self.queries, self.run, self._rows, self._fingerprint):
+                    conn.commit()
+                    self._finished = True
+                    return self.counts
+                conn.rollback()  # another attempt of this part committed first
+                self.recorded = part_recorded(conn, self.queries, self.run)
+                conn.rollback()
+            except psycopg.Error as exc:
+                raise translate(exc, self._db.url) from exc
+        assert self.recorded is not None
+        check_part(self.run, self.recorded, self._rows, self._fingerprint)
+        self.counts = BulkCounts(skipped=self._rows)
+        self._finished = True
+        return self.counts
+
     def _merge(self, conn: psycopg.Connection[Any]) -> BulkCounts:
         params = {"now": None}
-        for attempt in range(MERGE_ATTEMPTS):
+        # In a run's transaction a deadlock aborts the whole part: no retry here (the part
+        # is rolled back and unrecorded; Spark's task retry or a re-run applies it).
+        attempts = 1 if self.run is not None else MERGE_ATTEMPTS
+        for attempt in range(attempts):
             try:
                 if not self.can_update:
                     created = conn.execute(self.queries["bulk_merge_ignore"], params).rowcount
@@ -156,14 +222,15 @@ class BulkWriter:
                 created = sum(1 for (new,) in rows if new)
                 return BulkCounts(created, len(rows) - created, self._staged - len(rows))
             except pg_errors.DeadlockDetected as exc:
-                if attempt == MERGE_ATTEMPTS - 1:
+                if attempt == attempts - 1:
                     raise translate(exc, self._db.url) from exc
             except psycopg.Error as exc:
                 raise translate(exc, self._db.url) from exc
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        """Release the connection (its staging table goes with it) without merging."""
+        """Release the connection (its staging table goes with it) without merging; in run
+        mode, without committing (the part stays unapplied and unrecorded)."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -176,7 +243,7 @@ class BulkWriter:
     def __exit__(self, exc_type: object, *rest: object) -> None:
         try:
             if exc_type is None:
-                self.flush()
+                self.finish()
         finally:
             self.close()
 

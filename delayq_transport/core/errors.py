@@ -40,3 +40,9 @@ class SchemaMissing(DatabaseError):
 
 class PermissionDenied(DatabaseError):
     """The role lacks a privilege the operation needs (see ``delayq grants``)."""
+
+
+class RunMismatch(InvalidInput):
+    """A part of a run recorded as applied holds other records now (core/runs.py): the input,
+    or how it is split into parts, changed since. Skipping the part could lose rows and writing
+    it could run tasks twice, so nothing of it was written."""

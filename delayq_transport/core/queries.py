@@ -47,6 +47,11 @@ def validate_table_name(name: str) -> str:
     return name
 
 
+def runs_table_name(table: str) -> str:
+    """The run ledger of a queue table (core/runs.py)."""
+    return f"{table}__runs"
+
+
 def notify_channel(table: str) -> str:
     return f"delayq_{table}"
 
@@ -61,6 +66,7 @@ class Queries:
             "table": sql.Identifier(table),
             "migrations": sql.Identifier(MIGRATIONS_TABLE),
             "bindings": sql.Identifier(f"{table}__bindings"),
+            "runs": sql.Identifier(runs_table_name(table)),
             "stage": sql.Identifier(f"{table}__stage"),
             "notify_fn": sql.Identifier(f"{table}__notify"),
             "insert_trigger": sql.Identifier(f"{table}__notify_insert"),
@@ -99,6 +105,7 @@ def grant_statements(block: str, *, table: str, role: str, schema: str) -> list[
     idents = {
         "table": sql.Identifier(table),
         "bindings": sql.Identifier(f"{table}__bindings"),
+        "runs": sql.Identifier(runs_table_name(table)),
         "sequence": sql.Identifier(f"{table}_id_seq"),
         "migrations": sql.Identifier(MIGRATIONS_TABLE),
         "schema": sql.Identifier(schema),

@@ -536,6 +536,36 @@ WHERE t."payload" IS DISTINCT FROM EXCLUDED."payload"
    OR t."lockUuid" IS NOT NULL
 RETURNING (t.xmax = 0) AS created
 
+-- runs_part --
+-- core/runs.py: whether one part of a run was applied, asked before its writer stages anything.
+SELECT "rows", "fingerprint" FROM {runs} WHERE "runId" = %(run_id)s AND "part" = %(part)s
+
+-- runs_record --
+-- core/runs.py: a part applied, in the transaction that merged its rows (or, part -1, a whole
+-- run). No row back: an attempt running at the same time recorded it first (this insert
+-- waited for that attempt's commit), and the caller rolls back its own rows.
+INSERT INTO {runs} ("runId", "part", "rows", "fingerprint", "appliedAt")
+VALUES (%(run_id)s, %(part)s, %(rows)s, %(fingerprint)s, {now})
+ON CONFLICT ("runId", "part") DO NOTHING
+RETURNING 1
+
+-- runs_state --
+-- core/runs.py: every entry of one run: its parts, and part -1 once the whole run is in.
+SELECT "part", "rows", "fingerprint" FROM {runs} WHERE "runId" = %(run_id)s
+
+-- runs_prune --
+-- core/runs.py: retention. Entries older than the retention, at most %(limit)s per call, found
+-- through the appliedAt index (a call that finds none reads one index page).
+DELETE FROM {runs}
+WHERE ("runId", "part") IN (
+    SELECT "runId", "part" FROM {runs}
+    WHERE "appliedAt" < {now} - %(retention_ms)s::bigint
+    LIMIT %(limit)s)
+
+-- runs_forget --
+-- core/runs.py: drop a run's entries, so its next attempt applies everything again.
+DELETE FROM {runs} WHERE "runId" = %(run_id)s
+
 -- bulk_copy_direct --
 -- core/bulk.py: binary COPY straight into the queue table (no conflict handling). Only the
 -- benchmark uses it, as the raw write limit the bulk writers are measured against.
@@ -713,10 +743,12 @@ GRANT pg_monitor TO {role}
 -- Celery workers: poll (SELECT ... FOR UPDATE SKIP LOCKED + UPDATE of the lease), ack (DELETE),
 -- extend leases and release (UPDATE), publish (tasks send tasks, retries, replies: INSERT and the
 -- id sequence), route (bindings), and read the migrations ledger on start. LISTEN needs no grant.
+-- Spark jobs run as this role (or as a producer) record and prune the run ledger (runs).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table}, {schema}.{bindings} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
-GRANT SELECT ON {schema}.{migrations} TO {role}
+GRANT SELECT ON {schema}.{migrations} TO {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role}
 
 -- grant_beat --
 -- celery beat with the delayq scheduler (run it as the worker role): its two state tables.
@@ -725,12 +757,14 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_beat_entries", {schema}
 -- grant_producer --
 -- Applications that only publish (apply_async): INSERT rows, read the queue size kombu asks for
 -- on every queue declaration (SELECT), declare bindings (no DELETE), read the ledger. Without
--- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows.
+-- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows. Spark jobs (often
+-- run as a producer) record applied parts in the run ledger and prune it (DELETE there only).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT ON {schema}.{table} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.{bindings} TO {role};
-GRANT SELECT ON {schema}.{migrations} TO {role}
+GRANT SELECT ON {schema}.{migrations} TO {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role}
 
 -- grant_monitor --
 -- `delayq status` / `delayq metrics` for a dashboard or Prometheus: read-only (the beat tables too:

@@ -19,7 +19,7 @@ import psycopg
 from .db import Database
 from .errors import PermissionDenied, SchemaMissing
 from .periodic import create_periodic_tables
-from .queries import MIGRATIONS_TABLE, Queries, validate_table_name
+from .queries import MIGRATIONS_TABLE, Queries, runs_table_name, validate_table_name
 
 if TYPE_CHECKING:  # SQLAlchemy is imported when a table is declared: `delayq status` and
     # workers whose schema is current never need it (it was ~0.2-0.6 s of every CLI start).
@@ -77,6 +77,24 @@ def bindings_table(queue_table_name: str, metadata: MetaData | None = None) -> T
     return table
 
 
+def runs_table(queue_table_name: str, metadata: MetaData | None = None) -> Table:
+    """The run ledger (core/runs.py): one row per applied part of a run (part -1: the whole run),
+    written in the transaction of the part's rows; pruned by ``appliedAt`` (retention)."""
+    from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table
+
+    table = Table(
+        runs_table_name(queue_table_name),
+        metadata or MetaData(),
+        Column("runId", String(200), primary_key=True),
+        Column("part", Integer, primary_key=True, autoincrement=False),
+        Column("rows", BigInteger, nullable=False),
+        Column("fingerprint", BigInteger, nullable=False),
+        Column("appliedAt", BigInteger, nullable=False),
+    )
+    Index(f"{queue_table_name}__runs_by_applied_at", table.c.appliedAt)
+    return table
+
+
 def ddl(table: Table) -> list[str]:
     """CREATE TABLE / CREATE INDEX statements for ``table``, idempotent."""
     from sqlalchemy.schema import CreateIndex, CreateTable
@@ -119,6 +137,11 @@ def _queue_autovacuum(conn: psycopg.Connection[Any], q: Queries) -> None:
     conn.execute(q["queue_autovacuum"])
 
 
+def _create_runs_table(conn: psycopg.Connection[Any], q: Queries) -> None:
+    for statement in ddl(runs_table(q.table)):
+        conn.execute(statement)
+
+
 #: Applied in order; never edit a released migration, add a new one.
 MIGRATIONS: list[Migration] = [
     Migration(1, "delayed_queue table and the three indexes of internals.md", _create_queue_table),
@@ -129,6 +152,8 @@ MIGRATIONS: list[Migration] = [
               _skip_notify_of_self_notifying_inserts),
     Migration(10, "delayq_beat: DB-backed entries and installed-entry ledger",
               create_periodic_tables),
+    Migration(11, "run ledger: applied parts of Spark runs and stream micro-batches",
+              _create_runs_table),
 ]
 
 

@@ -75,7 +75,8 @@ def jvm_ok(projected: DataFrame, plan: Plan) -> Column:
 def jvm_records(projected: DataFrame, plan: Plan) -> DataFrame:
     """One pass over ``projected``: ``_dq_record``, the binary COPY tuple of each row that
     passes :func:`jvm_ok` (else null), and ``_dq_row``, the row's own values for the others
-    (else null), which the writer hands to the Python encoder.
+    (else null), which the writer hands to the Python encoder; with a run id also ``_dq_fp``,
+    the hash of the key (null with the tuple).
 
     Built in steps with named intermediate columns: an expression used several times (the
     key's sha1, the key, the payload) is computed once per row, because Spark does not merge
@@ -106,8 +107,12 @@ def jvm_records(projected: DataFrame, plan: Plan) -> DataFrame:
     payload = _payload(plan, F.col("_dq_kj"), F.col("_dq_tag"), values, at)
     df = df.select(*originals, ok, at, key, payload.alias("_dq_payload"))
     record = _copy_tuple(key, plan.kind, F.col("_dq_payload"), at)
+    # With a run id: the key's xxhash64 for the part's fingerprint (spark/runs.py hashes the
+    # same UTF-8 bytes when it finds them in a tuple the Python encoder built).
+    fingerprint = [F.when(ok, F.xxhash64(key)).alias("_dq_fp")] if plan.run_id is not None \
+        else []
     return df.select(record.alias("_dq_record"),
-                     F.when(~ok, F.struct(*originals)).alias("_dq_row"))
+                     F.when(~ok, F.struct(*originals)).alias("_dq_row"), *fingerprint)
 
 
 def _all(checks: Sequence[Column]) -> Column:

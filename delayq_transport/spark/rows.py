@@ -65,6 +65,8 @@ class Plan:
     chunk_size: int
     origin: str
     sample_size: int
+    #: With a run id, each partition is one part of that run (core/runs.py).
+    run_id: str | None = None
     key_at: int = field(init=False)
     args_at: int = field(init=False)
     kwargs_at: int = field(init=False)

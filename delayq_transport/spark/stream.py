@@ -1,16 +1,20 @@
 """``schedule_stream``: a Structured Streaming sink that schedules one Celery task per row.
 
-Each micro-batch goes through :func:`.write.schedule_tasks` from ``foreachBatch``. Exactly-once
-effect across restarts comes from the keys, not from the sink: a micro-batch that was written
-but not yet committed to the checkpoint when the query died is replayed after a restart with
-the same rows, which derive the same keys (the ``key`` column, or the content hash of task,
-args, kwargs and ETA), so the replay adds nothing (``ignored``). Nothing is lost: Spark only
-commits a batch to the checkpoint after ``foreachBatch`` returned.
+Each micro-batch goes through :func:`.write.schedule_tasks` from ``foreachBatch``, as the run
+``stream/<query id>/<batch id>`` of the run ledger (:mod:`.runs`). Spark commits a batch to the
+checkpoint only after ``foreachBatch`` returned, so a query that dies in between replays that
+batch after a restart, under the same query id (kept in the checkpoint) and batch id: the
+replay finds the batch recorded and writes nothing (``skipped``), even if its tasks were due at
+once and already ran (their rows acked and gone, so keys alone would not have stopped them:
+issue 29). A batch that died half-way is resumed part by part: each partition was applied and
+recorded in one transaction, and a recorded partition writes nothing (if it holds the same
+records; see :mod:`..core.runs`). Nothing is lost: a batch is only committed once stored.
 
-What must hold for that: the rows of a replayed batch are the same (any replayable source:
-files, Kafka, rate), and the key does not depend on when the batch ran (an ETA from
-``current_timestamp()`` without ``key`` is refused, as in batch jobs; countdowns are keyed as
-such and are safe).
+What must hold for that: the source replays a batch with the same rows (files, Kafka, rate),
+and a batch that died half-way is split into the same partitions when replayed (the same
+files or offsets on the same Spark configuration); a replay split otherwise is refused
+(``RunMismatch``) rather than guessed at. Ledger entries are kept ``run_retention`` (7 days by
+default): a query restarted later than that replays its last batch protected only by keys.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ from .session import check_executors
 from .write import ScheduleResult, _project, _refuse_unstable_eta, schedule_tasks
 
 BatchCallback = Callable[[int, ScheduleResult], None]
+#: Spark's local property naming the streaming query (its id, kept in the checkpoint) on the
+#: thread that runs ``foreachBatch``.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+#: Bound on waiting for ``start()`` to hand over the query when that property is missing.
+QUERY_WAIT_S = 60.0
 
 
 @dataclass
@@ -42,19 +51,23 @@ class StreamHandle:
     ignored: int = 0
     bad: int = 0
     batches: int = 0
+    #: Rows of replayed batches (or their partitions) found applied before: nothing written.
+    skipped: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _started: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def add(self, result: ScheduleResult) -> None:
         with self._lock:
             self.created += result.created
             self.updated += result.updated
             self.ignored += result.ignored
+            self.skipped += result.skipped
             self.bad += result.bad
             self.batches += 1
 
     @property
     def total(self) -> int:
-        return self.created + self.updated + self.ignored + self.bad
+        return self.created + self.updated + self.ignored + self.skipped + self.bad
 
     def stop(self) -> None:
         if self.query is not None:
@@ -83,22 +96,27 @@ def schedule_stream(
     ``trigger`` is passed to ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}``,
     ``{"processingTime": "10 seconds"}``). ``on_batch(batch_id, result)`` is called after
     each micro-batch is stored; other ``options`` go to :func:`schedule_tasks`
-    (``on_conflict``, ``priority``, ``past_eta``, ``table``, ...).
+    (``on_conflict``, ``priority``, ``past_eta``, ``table``, ``run_retention``, ...; not
+    ``run_id``: each batch is its own run).
     """
     if not df.isStreaming:
         raise InvalidInput("schedule_stream needs a streaming DataFrame (spark.readStream...); "
                            "use schedule_tasks for a batch DataFrame")
     if not isinstance(checkpoint_location, str) or not checkpoint_location:
         raise InvalidInput("schedule_stream needs a checkpoint_location to resume from")
+    if "run_id" in options:
+        raise InvalidInput("schedule_stream names each micro-batch's run itself "
+                           "(stream/<query id>/<batch id>): do not pass run_id")
     if not isinstance(eta, timedelta | int | float) and key is None:
         _refuse_unstable_eta(_project(df, eta, key, args, kwargs or {}))
     check_executors(df.sparkSession, database_url)
     handle = StreamHandle()  # before start(): the first batch may run before start() returns
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
+        run_id = f"stream/{_query_id(batch, handle)}/{batch_id}"
         result = schedule_tasks(batch, task, eta, database_url=database_url, args=args,
                                 kwargs=kwargs, key=key, queue=queue, check_workers=False,
-                                **options)
+                                run_id=run_id, **options)
         handle.add(result)
         if on_batch is not None:
             on_batch(batch_id, result)
@@ -110,4 +128,15 @@ def schedule_stream(
     if query_name:
         writer = writer.queryName(query_name)
     handle.query = writer.start()
+    handle._started.set()
     return handle
+
+
+def _query_id(batch: DataFrame, handle: StreamHandle) -> str:
+    """The query's id, which a restart from the same checkpoint keeps (its run id changes)."""
+    found = batch.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    if found:
+        return str(found)
+    if not handle._started.wait(QUERY_WAIT_S) or handle.query is None:
+        raise RuntimeError(f"schedule_stream: no query id after {QUERY_WAIT_S} s")
+    return str(handle.query.id)

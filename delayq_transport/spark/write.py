@@ -9,15 +9,19 @@ Python encoder of :mod:`.rows`, which builds the same bytes or the reason the ro
 with argument types the JVM path does not cover use that encoder as a UDF). Every partition
 streams its tuples into a TEMP staging table and merges them into the queue
 (``core.bulk.BulkWriter``: one ``INSERT ... ON CONFLICT`` per
-``chunk_size`` rows), and returns its counts, which the driver adds up: only a successful task
-attempt's output is collected, so a retried partition is counted once.
+``chunk_size`` rows; :mod:`.partition`), and returns its counts, which the driver adds up:
+only a successful task attempt's output is collected, so a retried partition is counted once.
 
 Guarantees:
 
-* **Idempotent.** A row's key (= its Celery task id) is the ``key`` column, or a uuid5 of
-  (task, args, kwargs, eta). Re-running the job, or Spark re-running a failed task, finds the
-  keys already stored and creates no duplicate (``ignored``), or replaces them in place
-  (``on_conflict="update"``, ``updated``); identical rows are ``ignored`` either way.
+* **Idempotent while rows wait.** A row's key (= its Celery task id) is the ``key`` column, or
+  a uuid5 of (task, args, kwargs, eta). Re-running the job, or Spark re-running a failed task,
+  finds the keys still stored and creates no duplicate (``ignored``), or replaces them in place
+  (``on_conflict="update"``, ``updated``); identical rows are ``ignored`` either way. A task
+  that ran has no row left: without a run id, a re-run schedules it again.
+* **Applied once per run id.** With ``run_id``, each partition is applied and recorded in the
+  run ledger in one transaction (:mod:`.partition`, :mod:`.runs`), so a retried task or a
+  re-run of the same run adds nothing (``skipped``) even after the tasks ran.
 * **No silent drops.** Rows that cannot become a message are counted as ``bad`` and sampled
   with their reason; ``past_eta="error"`` refuses the whole job first.
 * **Loud about unstable keys.** An ETA computed from the clock or randomness
@@ -37,23 +41,28 @@ from datetime import timedelta
 from functools import partial
 from typing import Any, cast
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..core import errors, validate_table_name
-from ..core.bulk import BulkWriter
-from ..core.db import normalize_url
 from ..core.errors import DelayqError, InvalidInput
-from ..core.queue import DelayedQueue
+from ..core.runs import RunState, record_run
 from ..core.timeutil import duration_ms, to_ms
 from ..core.validate import validate_kind
 from ..transport import message
 from .encode import jvm_capable, jvm_records
+from .partition import COUNTS, write_partition
 from .rows import BadRow, Plan, describe, eta_ms, past_reason, slow_record
+from .runs import (
+    RUN_RETENTION,
+    check_run_options,
+    driver_queue,
+    key_hashes,
+    open_run,
+    verify_parts,
+)
 from .session import check_executors
 
 BAD_SAMPLE_SIZE = 20
@@ -66,7 +75,6 @@ _MS_PER_DAY = 86_400_000
 _RECORDS = T.StructType([T.StructField("record", T.BinaryType()),
                          T.StructField("reason", T.StringType()),
                          T.StructField("shown", T.StringType())])
-_COUNTS = "created long, updated long, ignored long, bad long, sample string"
 #: Functions whose value changes between runs: an ETA built from them, hashed into the
 #: default key, gives every run new keys (issue 13: 2,000,000 rows after two runs of 1M).
 _UNSTABLE_RE = re.compile(
@@ -91,7 +99,11 @@ class UnstableEta(InvalidInput):
 
 @dataclass(frozen=True)
 class ScheduleResult:
-    """Counts of one ``schedule_tasks`` run; every input row is in exactly one of them."""
+    """Counts of one ``schedule_tasks`` run; every input row is in exactly one of them.
+
+    ``skipped``: rows of partitions a run id had applied before (nothing written for them). A
+    run recorded whole returns at once: ``skipped`` is then what it applied, ``bad`` is 0.
+    """
 
     created: int
     updated: int
@@ -99,10 +111,11 @@ class ScheduleResult:
     bad: int
     bad_sample: list[BadRow] = field(default_factory=list)
     elapsed_s: float = 0.0
+    skipped: int = 0
 
     @property
     def total(self) -> int:
-        return self.created + self.updated + self.ignored + self.bad
+        return self.created + self.updated + self.ignored + self.skipped + self.bad
 
     @property
     def rows_per_s(self) -> float:
@@ -127,40 +140,62 @@ def schedule_tasks(
     spark: SparkSession | None = None,
     sample_size: int = BAD_SAMPLE_SIZE,
     check_workers: bool = True,
+    run_id: str | None = None,
+    run_retention: timedelta | float = RUN_RETENTION,
 ) -> ScheduleResult:
     """Schedule one Celery task per row of ``df``; see the module docstring for guarantees.
 
     ``eta`` is a column (timestamp, timestamp_ntz or date read as UTC, or ISO-8601 string) or a
     countdown (timedelta or seconds) from the database's now at job start. ``args``/``kwargs``
     name the columns that become the task's arguments. ``check_workers=False`` skips the
-    executor check (``schedule_stream`` runs it once, not per micro-batch).
+    executor check (``schedule_stream`` runs it once, not per micro-batch). ``run_id`` names
+    this input: the run is applied once, re-runs within ``run_retention`` add nothing.
     """
     started = time.monotonic()
     kwargs = dict(kwargs or {})
     _check_options(task, queue, priority, on_conflict, past_eta, chunk_size, table, kwargs)
+    retention_ms = check_run_options(run_id, run_retention)
     countdown_ms = _countdown_ms(eta)
     eta_column = None if countdown_ms is not None else cast("str | Column", eta)
     projected = _project(df, eta_column, key, args, kwargs)
     if eta_column is not None and key is None:
         _refuse_unstable_eta(projected)
     kind = message.kind_for(queue, priority)
-    plan = Plan(
-        database_url=database_url, table=table, task=task, queue=queue, priority=priority,
-        kind=kind, now_ms=_probe(database_url, table, kind), countdown_ms=countdown_ms,
-        has_key=key is not None, arg_count=len(args), kwarg_names=tuple(kwargs),
-        ntz_fields=_ntz_fields(projected), past_eta=past_eta,
-        can_update=on_conflict == "update", chunk_size=chunk_size,
-        origin=f"delayq-spark@{socket.gethostname()}", sample_size=sample_size,
-    )
-    if check_workers:
-        check_executors(spark or df.sparkSession, database_url)
-    if past_eta == "error" and countdown_ms is None:
+    with driver_queue(database_url, table, kind) as driver:
+        state = open_run(driver, run_id, retention_ms)
+        if state is not None and state.complete is not None:
+            return ScheduleResult(0, 0, 0, 0, elapsed_s=time.monotonic() - started,
+                                  skipped=state.complete.rows)
+        plan = Plan(
+            database_url=database_url, table=table, task=task, queue=queue, priority=priority,
+            kind=kind, now_ms=to_ms(driver.now(), what="database now"),
+            countdown_ms=countdown_ms, has_key=key is not None, arg_count=len(args),
+            kwarg_names=tuple(kwargs), ntz_fields=_ntz_fields(projected), past_eta=past_eta,
+            can_update=on_conflict == "update", chunk_size=chunk_size,
+            origin=f"delayq-spark@{socket.gethostname()}", sample_size=sample_size,
+            run_id=run_id,
+        )
+        if check_workers:
+            check_executors(spark or df.sparkSession, database_url)
+        result = _write(projected, plan, state, started)
+        if run_id is not None:
+            record_run(driver, run_id, result.total - result.bad)
+        return result
+
+
+def _write(projected: DataFrame, plan: Plan, state: RunState | None,
+           started: float) -> ScheduleResult:
+    """The Spark job: every partition writes (or, for a run, skips) its rows."""
+    if plan.past_eta == "error" and plan.countdown_ms is None:
         _refuse_past_etas(projected, plan)
+    records = _records(projected, plan)
+    if state is not None and state.parts:
+        verify_parts(records, plan, state)
     try:
-        parts = _records(projected, plan).mapInArrow(partial(_write, plan), _COUNTS).collect()
+        parts = records.mapInArrow(partial(write_partition, plan), COUNTS).collect()
     except Exception as exc:
-        raise _partition_failure(exc) from exc
-    return _result(parts, sample_size, time.monotonic() - started)
+        raise _partition_failure(exc, plan.run_id) from exc
+    return _result(parts, plan.sample_size, time.monotonic() - started)
 
 
 def _check_options(
@@ -262,13 +297,6 @@ def _ntz_fields(projected: DataFrame) -> frozenset[int]:
                      if f.name != "_eta" and isinstance(f.dataType, T.TimestampNTZType))
 
 
-def _probe(database_url: str, table: str, kind: str) -> int:
-    """Connect and migrate on the driver (fail fast), and read the one clock of the job."""
-    normalize_url(database_url)
-    with DelayedQueue(database_url, kind=kind, table=table, pool_max_size=1) as queue:
-        return to_ms(queue.now(), what="database now")
-
-
 def _refuse_past_etas(projected: DataFrame, plan: Plan) -> None:
     """Count past ETAs (in Spark for epoch-ms ETAs, in Python for strings and
     timestamp_ntz, read as the rows would be); sample a few as the Python path shows rows."""
@@ -299,76 +327,26 @@ def _past_etas(plan: Plan, rows: Iterable[Any]) -> Iterator[tuple[int, list[Any]
 
 
 def _records(projected: DataFrame, plan: Plan) -> DataFrame:
-    """(binary COPY tuple, reason it is bad, the bad row shown, the row for Python) per row.
+    """(binary COPY tuple, reason it is bad, the bad row shown, the row for Python) per row,
+    and with a run id the hash of each tuple's key (``fp``, for its part's fingerprint).
 
     JVM-capable jobs (see :mod:`.encode`) make one pass: rows the JVM cannot encode arrive at
     the writer as plain values (strings, integers, booleans: the same in Arrow as in a Row)
     for the Python encoder. Other jobs go through the Python encoder as a UDF.
     """
     if jvm_capable(projected, plan):
+        fingerprint = [F.col("_dq_fp").alias("fp")] if plan.run_id is not None else []
         return jvm_records(projected, plan).select(
             F.col("_dq_record").alias("record"), F.lit(None).cast("string").alias("reason"),
-            F.lit(None).cast("string").alias("shown"), F.col("_dq_row").alias("row"))
+            F.lit(None).cast("string").alias("shown"), F.col("_dq_row").alias("row"),
+            *fingerprint)
     encode = F.udf(lambda row: slow_record(plan, row), _RECORDS)
     every = F.struct(*[F.col(c) for c in projected.columns])
-    return projected.select(encode(every).alias("r")).select(
+    records = projected.select(encode(every).alias("r")).select(
         "r.*", F.lit(None).cast("string").alias("row"))
-
-
-def _write(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """One partition: stream tuples into the staging table, merge per chunk, yield counts."""
-    bad, sample = 0, list[list[str]]()
-    writer: BulkWriter | None = None
-    try:
-        for batch in batches:
-            records, extra, failed = _split(plan, batch)
-            bad += len(failed)
-            sample += failed[: max(plan.sample_size - len(sample), 0)]
-            if len(records) or extra:
-                writer = writer or BulkWriter(plan.database_url, table=plan.table,
-                                              can_update=plan.can_update,
-                                              flush_rows=plan.chunk_size)
-                writer.write([_contiguous(records), *extra], len(records) + len(extra))
-        if writer is not None:
-            writer.flush()
-    finally:
-        if writer is not None:
-            writer.close()
-    c = writer.counts if writer is not None else None
-    yield pa.RecordBatch.from_pydict({
-        "created": [c.created if c else 0], "updated": [c.updated if c else 0],
-        "ignored": [c.ignored if c else 0], "bad": [bad], "sample": [json.dumps(sample)]})
-
-
-def _split(plan: Plan, batch: pa.RecordBatch) -> tuple[pa.Array, list[bytes], list[list[str]]]:
-    """(JVM-built tuples, tuples the Python encoder built here, [reason, shown] of bad rows)."""
-    records, reasons, shown, rows = (batch.column(i) for i in range(4))
-    failed: list[list[str]] = []
-    if reasons.null_count < len(reasons):
-        is_bad = pc.is_valid(reasons)
-        failed = [[r, s] for r, s in zip(reasons.filter(is_bad).to_pylist(),
-                                         shown.filter(is_bad).to_pylist(), strict=True)]
-    extra: list[bytes] = []
-    if rows.null_count < len(rows):
-        for values in rows.filter(pc.is_valid(rows)).to_pylist():
-            record, reason, described = slow_record(plan, tuple(values.values()))
-            if record is not None:
-                extra.append(record)
-            else:
-                failed.append([reason or "", described or "{}"])
-    if records.null_count:
-        records = records.filter(pc.is_valid(records))
-    return records, extra, failed
-
-
-def _contiguous(records: pa.Array) -> memoryview:
-    """The bytes of every value of a binary array, back to back, without copying."""
-    offsets_type = "<i8" if pa.types.is_large_binary(records.type) else "<i4"
-    import numpy as np
-
-    offsets = np.frombuffer(records.buffers()[1], dtype=offsets_type)
-    start, end = int(offsets[records.offset]), int(offsets[records.offset + len(records)])
-    return memoryview(records.buffers()[2])[start:end]
+    if plan.run_id is None:
+        return records
+    return records.withColumn("fp", key_hashes(F.col("record")))
 
 
 def _result(parts: list[Any], sample_size: int, elapsed_s: float) -> ScheduleResult:
@@ -376,19 +354,22 @@ def _result(parts: list[Any], sample_size: int, elapsed_s: float) -> ScheduleRes
               for reason, shown in json.loads(p.sample)][:sample_size]
     return ScheduleResult(sum(p.created for p in parts), sum(p.updated for p in parts),
                           sum(p.ignored for p in parts), sum(p.bad for p in parts), sample,
-                          elapsed_s)
+                          elapsed_s, sum(p.skipped for p in parts))
 
 
 _ERROR_LINE_RE = re.compile(r"delayq_transport\.core\.errors\.(\w+): (.+)")
 
 
-def _partition_failure(exc: Exception) -> DelayqError:
+def _partition_failure(exc: Exception, run_id: str | None = None) -> DelayqError:
     """Surface the delayq error a partition raised (e.g. DatabaseUnavailable) on the driver."""
     found = _ERROR_LINE_RE.findall(str(exc))
     name, text = found[-1] if found else ("DatabaseError", str(exc).strip().splitlines()[-1])
     cls = getattr(errors, name, errors.DatabaseError)
-    return cls(f"schedule_tasks: a partition failed: {text} (rows already written stay; "
-               "re-running the job is safe, keys are idempotent)")
+    after = ("partitions already applied stay applied and recorded; re-running with the same "
+             f"run_id {run_id!r} applies only the others" if run_id is not None else
+             "rows already written stay; re-running the job adds none of those still waiting, "
+             "keys are idempotent")
+    return cls(f"schedule_tasks: a partition failed: {text} ({after})")
 
 
 __all__ = ["PastEta", "ScheduleResult", "UnstableEta", "schedule_tasks"]

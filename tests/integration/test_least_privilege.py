@@ -41,7 +41,10 @@ def test_grants_are_quoted_and_name_only_what_each_role_needs() -> None:
     assert 'TO "odd ""role"""' in worker and "CREATE" not in worker
     assert 'SELECT, INSERT, UPDATE, DELETE ON "public"."delayed_queue"' in worker
     producer = grant_text("producer", "p")
-    assert "DELETE" not in producer and "CREATE" not in producer
+    deletes = [line for line in producer.splitlines() if "DELETE" in line]
+    # Its only DELETE is on the run ledger (a Spark job's retention), never on queued rows.
+    assert deletes == ['GRANT SELECT, INSERT, DELETE ON "public"."delayed_queue__runs" TO "p";']
+    assert "CREATE" not in producer
     assert 'GRANT SELECT, INSERT ON "public"."delayed_queue" TO "p"' in producer
     assert 'CREATE ON SCHEMA "public"' in grant_text("admin", "a")
     result = CliRunner().invoke(main, ["grants", "--role", "x", "--as", "root"])
@@ -87,6 +90,26 @@ def test_producer_publishes_but_cannot_take_or_delete(urls: dict[str, str],
     with DelayedQueue(database_url, kind="celery") as admin:
         assert admin.count_waiting() == 3, "nothing was taken or deleted"
     _cannot_run_ddl(urls["producer"])
+
+
+@pytest.mark.parametrize("profile", ["producer", "worker"])
+def test_spark_roles_apply_record_and_prune_runs(urls: dict[str, str], profile: str) -> None:
+    """What a Spark job with a run id does as either role (core/runs.py): stage and merge a part
+    with its ledger entry in one transaction, find it applied, record the run, prune."""
+    from delayq_transport.core.bulk import BulkWriter, copy_record
+    from delayq_transport.core.runs import RunPart, prune_runs, record_run, run_state
+
+    records = b"".join(copy_record(f"s{i}", "celery", b"{}", 4_000_000_000_000)
+                       for i in range(20))
+    for expected in ((20, 0), (0, 20)):
+        with BulkWriter(urls[profile], flush_rows=10, run=RunPart("nightly", 0)) as writer:
+            writer.write(records, 20, 7)
+        assert (writer.counts.created, writer.counts.skipped) == expected
+    with DelayedQueue(urls[profile], kind="celery") as q:
+        record_run(q, "nightly", 20)
+        assert run_state(q, "nightly").complete is not None
+        assert prune_runs(q, 0) == 2 and not run_state(q, "nightly").parts
+    _cannot_run_ddl(urls[profile])
 
 
 def test_monitor_reads_status_and_metrics_only(urls: dict[str, str]) -> None:

@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql
 
 from delayq_transport import Database, DelayedQueue, Offer, migrate
 from delayq_transport.core.queries import Queries, notify_channel
-from delayq_transport.core.schema import MIGRATIONS, current_version, queue_table
+from delayq_transport.core.schema import MIGRATIONS, current_version, queue_table, runs_table
 
 
 @pytest.fixture
@@ -109,6 +109,28 @@ def test_migrated_schema_equals_declared(database_url: str, table: str) -> None:
     ]
     assert declared["columns"][1:3] == [("pKey", "VARCHAR(200)", False),
                                         ("pKind", "VARCHAR(100)", False)]
+
+
+@pytest.mark.parametrize("table", ["delayed_queue", "Custom_Jobs_2"])
+def test_run_ledger_equals_declared_and_prunes_through_its_index(database_url: str,
+                                                                 table: str) -> None:
+    """Migration 11: the ledger of each queue table, and its retention DELETE reading the
+    appliedAt index (not the whole ledger) however large the ledger grows."""
+    DelayedQueue(database_url, table=table).close()
+    declared = describe_declared(runs_table(table, MetaData()))
+    assert describe_reflected(database_url, f"{table}__runs") == declared
+    assert declared["pk"] == ["runId", "part"]
+    q = Queries(table)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'INSERT INTO "{table}__runs" SELECT \'r\' || i, 0, 1, 0, '
+                     "(extract(epoch FROM now()) * 1000)::bigint FROM generate_series(1, 20000) i")
+        conn.execute(f'ANALYZE "{table}__runs"')
+        params = {"retention_ms": 86_400_000, "limit": 10_000, "now": None}
+        plan = conn.execute("EXPLAIN (FORMAT JSON) " + q["runs_prune"], params).fetchone()[0]
+    scans = [n for n in plan_nodes(plan[0]["Plan"]) if n.get("Relation Name") == f"{table}__runs"
+             and "Scan" in n["Node Type"]]
+    inner = [n for n in scans if n.get("Index Name") == f"{table}__runs_by_applied_at"]
+    assert inner, f"the prune's subquery does not use the appliedAt index: {plan}"
 
 
 def test_custom_table_is_separate(database_url: str) -> None:

@@ -3,12 +3,11 @@ database the executors cannot reach, and ETAs that would give every run new keys
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
+from _spark_env import worker_env
 
 pytest.importorskip("pyspark", reason="the dev extra installs pyspark")
 
@@ -22,23 +21,6 @@ from delayq_transport.spark import (  # noqa: E402
 )
 
 pytestmark = pytest.mark.slow
-
-
-@contextmanager
-def worker_env(spark, **env: str) -> Iterator[None]:
-    """Python workers started with extra environment (Spark keys its workers on it, so these
-    are new processes, and the session's usual workers are untouched)."""
-    environment = spark.sparkContext.environment
-    saved = {k: environment.get(k) for k in env}
-    environment.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                environment.pop(k, None)
-            else:
-                environment[k] = v
 
 
 def _rows(database_url: str) -> int:

@@ -69,8 +69,9 @@ def test_restart_from_checkpoint_mid_stream(spark, database_url, tmp_path):
     assert second.query is not None
     second.query.awaitTermination(TIMEOUT_S)
     assert second.query.exception() is None
-    # Batch 1 replayed (same file, same keys: ignored), then files 2 and 3.
-    assert (second.ignored, second.created, second.bad) == (ROWS_PER_FILE, 2 * ROWS_PER_FILE, 0)
+    # Batch 1 replayed (recorded in the run ledger: skipped, nothing written), then files 2, 3.
+    assert (second.skipped, second.ignored, second.created, second.bad) == (
+        ROWS_PER_FILE, 0, 2 * ROWS_PER_FILE, 0)
     assert _rows(database_url) == 4 * ROWS_PER_FILE
 
 
