@@ -14,8 +14,11 @@ behind and a re-run finds their keys (idempotent by ``(key, kind)``, while the r
 With a :class:`~.runs.RunPart`, the writer applies one part of a run in **one transaction**:
 the staging table, every merge and the part's entry in the run ledger commit together, so a
 part is applied and recorded, or neither; a part already recorded writes nothing (its rows
-are only counted, to check they are the ones recorded: :mod:`.runs`). Client memory is one
-caller chunk; the staged rows live in PostgreSQL until their merge.
+are only counted, to check they are the ones recorded: :mod:`.runs`). Behind a transaction
+pooler (PgBouncer) nothing of a session outlives a transaction, so a writer always works in one
+transaction there: the staging table is made in it, and dropped before its commit (the server
+session goes on to other clients), and no session setting is made. Client memory is one caller
+chunk; the staged rows live in PostgreSQL until their merge.
 """
 
 from __future__ import annotations
@@ -112,6 +115,9 @@ class BulkWriter:
         self._owned = isinstance(database, str)
         self._db = Database(database, max_size=1) if isinstance(database, str) else database
         self._conn: psycopg.Connection[Any] | None = None
+        #: One transaction from the staging table to the commit: a run's part, or any write
+        #: behind a transaction pooler.
+        self._transactional = run is not None or self._db.transaction_pooling
         self._opened = self._finished = False
         self._staged = 0
         self._rows = 0  # tuples handed to write(), and their fingerprint (run mode)
@@ -128,13 +134,15 @@ class BulkWriter:
             return self._conn
         conn = self._db.connect()
         try:
-            conn.execute(self.queries["bulk_session_setup"])
+            if not self._db.transaction_pooling:  # a session setting: see the module docstring
+                conn.execute(self.queries["bulk_session_setup"])
             if self.run is not None:
                 self.recorded = part_recorded(conn, self.queries, self.run)
                 if self.recorded is not None:
                     conn.close()
                     self._opened = True
                     return None
+            if self._transactional:
                 conn.autocommit = False
             conn.execute(self.queries["bulk_stage_create"])
         except psycopg.Error as exc:
@@ -186,6 +194,13 @@ class BulkWriter:
         already) check that it holds the same records. Returns the final :attr:`counts`."""
         if self.run is None:
             self.flush()
+            if self._transactional and self._conn is not None:
+                try:
+                    self._commit(self._conn)
+                except psycopg.Error as exc:
+                    raise translate(exc, self._db.url) from exc
+                self._conn.close()  # a later write opens a new transaction and stage
+                self._conn, self._opened = None, False
             return self.counts
         if self._finished:
             return self.counts
@@ -194,7 +209,7 @@ class BulkWriter:
             self.flush()
             try:
                 if record_part(conn, self.queries, self.run, self._rows, self._fingerprint):
-                    conn.commit()
+                    self._commit(conn)
                     self._finished = True
                     return self.counts
                 conn.rollback()  # another attempt of this part committed first
@@ -208,11 +223,16 @@ class BulkWriter:
         self._finished = True
         return self.counts
 
+    def _commit(self, conn: psycopg.Connection[Any]) -> None:
+        if self._db.transaction_pooling:  # leave no table in a session lent to others next
+            conn.execute(self.queries["bulk_stage_drop"])
+        conn.commit()
+
     def _merge(self, conn: psycopg.Connection[Any]) -> BulkCounts:
         params = {"now": None}
         # In a run's transaction a deadlock aborts the whole part: no retry here (the part
         # is rolled back and unrecorded; Spark's task retry or a re-run applies it).
-        attempts = 1 if self.run is not None else MERGE_ATTEMPTS
+        attempts = 1 if self._transactional else MERGE_ATTEMPTS
         for attempt in range(attempts):
             try:
                 if not self.can_update:

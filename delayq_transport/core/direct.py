@@ -5,7 +5,8 @@ cursor a statement pays for query conversion, adaptation (arrays are costly), a
 generator-driven wait and result loading; prepared once per connection and run with libpq's
 ``PQexecPrepared`` (psycopg's ``PGconn.exec_prepared``, which releases the GIL while it waits)
 it pays for little more than the round trip. Client CPU of a whole call, this revision against
-the one before (``bench/diagnostics/profile_direct.py`` run with each on ``PYTHONPATH``, alternately):
+the one before (``bench/diagnostics/profile_direct.py`` run with each on ``PYTHONPATH``,
+alternately):
 ``offer(durable=False)`` 66 -> 43 us, a poll of 5 rows 192 -> 131 us (issue 11); the server's
 share is unchanged (``bench/diagnostics/profile_publish.py``).
 

@@ -2,9 +2,9 @@
 
 Why: a publish is otherwise one round trip and one single-row INSERT with its own commit and
 NOTIFY; a producer sending tasks one by one pays that per task in its own CPU, in its backend's
-and in the listening backends' (``docs/benchmarks.md``, *Celery against RabbitMQ: the latest runs*). Buffered, the
-rows of ``linger`` seconds go out as one multi-row insert per kind (``offer_batch``): one round
-trip, one commit, one NOTIFY per statement.
+and in the listening backends' (``docs/benchmarks.md``, *Celery against RabbitMQ: the latest
+runs*). Buffered, the rows of ``linger`` seconds go out as one multi-row insert per kind
+(``offer_batch``): one round trip, one commit, one NOTIFY per statement.
 
 What it costs, and why it is off by default: ``put`` returns before the row is written. A
 process killed meanwhile loses what it buffered (at most ``linger`` seconds of publishes, plus

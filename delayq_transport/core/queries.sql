@@ -507,6 +507,11 @@ COPY {stage} ("key", "kind", "payload", "at") FROM STDIN (FORMAT binary)
 -- core/bulk.py: empty the staging table after a merge.
 TRUNCATE {stage}
 
+-- bulk_stage_drop --
+-- core/bulk.py, behind a transaction pooler: drop the staging table before the commit, so the
+-- server session the pooler lends to another client next keeps no table of ours.
+DROP TABLE IF EXISTS {stage}
+
 -- bulk_merge_ignore --
 -- core/bulk.py: move staged rows into the queue; a key that exists (or repeats) is left alone,
 -- so the row count is what was created. Ordered by key: two writers merging overlapping keys

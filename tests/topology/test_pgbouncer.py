@@ -235,6 +235,7 @@ THROUGH_POOLER = [
     "tests/integration/test_tasks.py",
     "tests/integration/test_web.py",
     "tests/integration/test_bulk.py",
+    "tests/integration/test_runs.py",
     "tests/integration/test_spark.py::test_key_column_priority_and_countdown",
     "tests/integration/test_least_privilege.py",
     "tests/acceptance/test_transport_basic.py",
