@@ -66,10 +66,13 @@ def settings_from(app: Any) -> Settings:
 
 
 def database_url(app: Any) -> str:
+    """The broker URL unless told otherwise. A failover list (Celery's ``broker_url`` as a
+    list, or ``a;b``) is kept whole: the Database turns it into one libpq multi-host URL, so
+    beat follows a failover as the workers do (it took only the first URL before issue 26)."""
     url = _conf(app, "delayq_beat_database_url", None) or app.conf.broker_write_url \
         or app.conf.broker_url
     if isinstance(url, list | tuple):
-        url = url[0] if url else None
+        url = ";".join(str(u) for u in url) if url else None
     if not url:
         raise ImproperlyConfigured(
             "delayq beat needs a database: set broker_url='delayq+postgresql://...' "

@@ -115,8 +115,11 @@ def status_cmd(obj: Context, as_json: bool, exact: bool, cap: int) -> None:
     """Per queue/kind: due, scheduled, in flight, redelivered, lag, next due; then what holds
     back cleanup, dead tuples and bloat, with warnings (thresholds: docs/operations.md)."""
     with obj.queue() as queue:
-        if not as_json and PeriodicStore(queue.db, obj.table).in_use():
-            load_plugins(STATUS_PLUGIN_MODULES)
+        if not as_json:  # the URL as the worker banner shows it, password masked (issue 26)
+            console.print(f"database {mask_password(queue.db.url)}", style="dim", markup=False,
+                          highlight=False, soft_wrap=True)
+            if PeriodicStore(queue.db, obj.table).in_use():
+                load_plugins(STATUS_PLUGIN_MODULES)
         run_status(console, queue, obj.table, as_json=as_json, exact=exact, cap=cap,
                    hooks=STATUS_HOOKS, obj=obj)
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -31,11 +29,10 @@ from .errors import (
     PermissionDenied,
     SchemaMissing,
 )
+from .urls import mask_password, normalize_url  # here since issue 26: every URL form
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-_SCHEME_RE = re.compile(r"^(?:delayq\+)?(?:postgres|postgresql)(?:\+psycopg2?)?://")
 
 #: Session settings of every pooled delayq connection. ``jit=off``: each hot statement reads a
 #: handful of rows through an index, but its cost is estimated from table size; on a table of
@@ -54,24 +51,6 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     psycopg.OperationalError,
     PoolTimeout,
 )
-
-
-def normalize_url(url: str) -> str:
-    """Accept the URL spellings users paste (kombu's, SQLAlchemy's) and return a libpq URL."""
-    if not isinstance(url, str) or not _SCHEME_RE.match(url):
-        raise InvalidInput(
-            f"invalid database URL {mask_password(str(url))!r}: expected "
-            "postgresql://user@host:port/dbname (or delayq+postgresql://...)"
-        )
-    return _SCHEME_RE.sub("postgresql://", url, count=1)
-
-
-def mask_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ Connection
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -34,13 +35,15 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
 from ..core import partitions
-from ..core.db import Database
+from ..core.db import Database, mask_password
 from ..core.errors import InvalidInput
 from ..core.publish_buffer import PublishBuffer, check_linger
 from ..core.queue import DelayedQueue
 from ..core.timeutil import from_ms
 from . import names
 from .consumer import DelayqConsumer, Hub, IdleConsumer
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 DEFAULT_POLLING_INTERVAL_S = 5.0
@@ -138,6 +141,9 @@ class DelayqBroker(Broker):
                 raise InvalidInput("DelayqBroker needs url=, database= or DELAYQ_DATABASE_URL")
             database = Database(url, max_size=pool_size)
         self.db = database
+        # The start-up line Celery's banner gives (the URL libpq connects with, a failover
+        # list already merged into it): which server a worker talks to, without its password.
+        log.info("delayq: Dramatiq broker on %s (table %s)", mask_password(database.url), table)
         self.queue = DelayedQueue(database, kind=f"{namespace}:", table=table,
                                   acquire_timeout=timedelta(seconds=acquire_timeout),
                                   ensure_schema=ensure_schema, relaxed_consumer_commits=True,
