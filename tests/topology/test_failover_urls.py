@@ -21,7 +21,8 @@ import pytest
 from delayq_transport.dramatiq import DelayqBroker
 
 from .clusters import free_port, wait_for
-from .conftest import SECRET, Service, beat_args, executions, process_env, worker_args
+from .conftest import SECRET
+from .services import Service, beat_args, executions, process_env, worker_args
 
 pytestmark = pytest.mark.timeout(120)
 
