@@ -11,14 +11,16 @@ postmaster, ``pg_ctl promote`` of the standby ``--outage`` seconds later) for ea
   window of the defaults;
 * ``async+durable`` and ``sync+defaults``: each half of the pair alone.
 
-Per round it prints acknowledged publishes, those lost (acknowledged by ``apply_async``,
-never run), duplicates, the publishes acknowledged in the last second before the kill (the
-rate the window is scaled by), and the recovery: promotion -> first task run on the new
-primary, and -> first publish acknowledged. Raw numbers go to ``bench/results/failover.json``;
-the figures are quoted in ``docs/operations.md`` (*Deploying*). Needs PostgreSQL's binaries
-(``DELAYQ_PG_BIN``) and root or the ``postgres`` account.
+The producer publishes ``--rate`` per second, unpaced for the ``--burst`` seconds before the
+kill (a loss grows with the rate at the kill). Per round it prints acknowledged publishes,
+those lost (acknowledged by ``apply_async``, never run), the loss window (lost / the burst's
+rate: how many milliseconds of publishes were lost), tasks run twice, and the recovery:
+promotion -> first task run on the new primary, and -> first publish acknowledged. Raw
+numbers go to ``bench/results/failover.json``; the figures are quoted in
+``docs/operations.md`` (*Deploying*). Needs PostgreSQL's binaries (``DELAYQ_PG_BIN``) and
+root or the ``postgres`` account.
 
-    python bench/bench_failover.py [--rounds 3] [--rate 1000] [--outage 1] [--setups ...]
+    python bench/bench_failover.py [--rounds 3] [--rate 100] [--burst 0.4] [--outage 1]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -62,7 +65,7 @@ def one_round(setup: str, results_url: str, args: argparse.Namespace) -> dict[st
     synchronous, durable = SETUPS[setup]
     config = DrillConfig(synchronous=synchronous, durable=durable, rate_per_s=args.rate,
                          warmup_executions=args.warmup, outage_s=args.outage,
-                         after_s=args.after, kill_between_ticks=False, drain_timeout_s=180)
+                         after_s=args.after, burst_s=args.burst, drain_timeout_s=180)
     root = clusters.scratch_root()
     logs = Path(tempfile.mkdtemp(prefix="delayq-failover-logs-"))
     app = Celery("bench-failover", set_as_current=False)
@@ -127,15 +130,19 @@ def report(rounds: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--rate", type=float, default=1000.0,
-                        help="most publishes per second (one thread: ~700-900 here)")
-    parser.add_argument("--warmup", type=int, default=300, help="tasks run before the kill")
+    parser.add_argument("--rate", type=float, default=100.0,
+                        help="publishes per second, but for the unpaced burst before the kill")
+    parser.add_argument("--burst", type=float, default=0.4,
+                        help="seconds of unpaced publishing right before the kill (< 0.6)")
+    parser.add_argument("--warmup", type=int, default=200, help="tasks run before the kill")
     parser.add_argument("--outage", type=float, default=1.0, help="kill -> promote, seconds")
     parser.add_argument("--after", type=float, default=3.0, help="publishing after promotion")
     parser.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL)
     parser.add_argument("--no-write", action="store_true", help="only print")
     args = parser.parse_args()
+    # A stopped run still stops its clusters and processes (the drill's finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     # The producer's pool and retries report every failed reconnect of the outage: expected.
     for name in ("psycopg.pool", "delayq_transport"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
