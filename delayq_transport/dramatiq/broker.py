@@ -139,7 +139,9 @@ class DelayqBroker(Broker):
             url = url or os.environ.get("DELAYQ_DATABASE_URL")
             if not url:
                 raise InvalidInput("DelayqBroker needs url=, database= or DELAYQ_DATABASE_URL")
-            database = Database(url, max_size=pool_size)
+            # Opened on first use (min_size=0): a pool that opens one connection up front and is
+            # used at once grows to two (docs/operations.md, connection sizing).
+            database = Database(url, min_size=0, max_size=pool_size)
         self.db = database
         # The start-up line Celery's banner gives (the URL libpq connects with, a failover
         # list already merged into it): which server a worker talks to, without its password.

@@ -13,9 +13,15 @@ from ..core.listen import Listener
 from ..core.publish_buffer import PublishBuffer, check_linger
 from ..core.queue import DelayedQueue
 from ..core.schema import set_unlogged
+from ..core.single_pool import SinglePoolDatabase
 from ..core.watermark import DEFAULT_FULL_RESCAN_INTERVAL_S
 from . import message as msg
-from .options import DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE
+from .options import (
+    DEFAULT_ACQUIRE_TIMEOUT_S,
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_POOL_MIN_SIZE,
+    DEFAULT_POOL_SIZE,
+)
 
 
 class Backend:
@@ -30,7 +36,9 @@ class Backend:
         self.url = url
         self._key = key
         self.table = options.get("table", "delayed_queue")
-        self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)),
+        pools = SinglePoolDatabase if options.get("single_pool") else Database
+        self.db = pools(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)),
+                           min_size=int(options.get("pool_min_size", DEFAULT_POOL_MIN_SIZE)),
                            connect_timeout_s=float(options.get("connect_timeout",
                                                                DEFAULT_CONNECT_TIMEOUT_S)))
         try:
