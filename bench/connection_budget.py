@@ -8,7 +8,7 @@ tasks flow and after they stopped, and maps each backend to the process on the o
 of its socket (psutil), so every connection is counted against the process that holds it:
 its pool (``application_name`` ``delayq`` / ``delayq-relaxed``), LISTEN, or other.
 
-    python bench/connection_budget.py [--pool-size 4] [--tasks 2000] [--no-write]
+    python bench/connection_budget.py [--pool-size 4] [--single-pool] [--tasks 2000]
 
 The figures are the connection budget of ``docs/operations.md`` (*Deploying*).
 """
@@ -113,6 +113,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pool-size", type=int, default=None,
                         help="transport option pool_size (default: the transport's)")
+    parser.add_argument("--single-pool", action="store_true",
+                        help="transport option single_pool (one pool per process)")
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL)
     parser.add_argument("--no-write", action="store_true")
@@ -120,6 +122,8 @@ def main() -> None:
     options: dict[str, Any] = {"polling_interval": 1}
     if args.pool_size:
         options["pool_size"] = args.pool_size
+    if args.single_pool:
+        options["single_pool"] = True
     logs = Path(tempfile.mkdtemp(prefix="delayq-budget-"))
     with fresh_database(args.admin_url, "delayq_bench_budget") as url:
         dbname = url.rsplit("/", 1)[1]
@@ -193,7 +197,8 @@ def main() -> None:
                             "peak (per process)", "after the load"], rows, "lrrrrrr")
     console.print(table)
     if not args.no_write:
-        write_results("connection_budget", {"revision": git_revision(), "options": options,
+        name = "connection_budget" + ("_single_pool" if args.single_pool else "")
+        write_results(name, {"revision": git_revision(), "options": options,
                                             "tasks": args.tasks, "processes": raw,
                                             "table": table})
 

@@ -39,6 +39,7 @@ from ..core.db import Database, mask_password
 from ..core.errors import InvalidInput
 from ..core.publish_buffer import PublishBuffer, check_linger
 from ..core.queue import DelayedQueue
+from ..core.single_pool import SinglePoolDatabase
 from ..core.timeutil import from_ms
 from . import names
 from .consumer import DelayqConsumer, Hub, IdleConsumer
@@ -99,6 +100,9 @@ class DelayqBroker(Broker):
         dead index entries lie) instead of the bottom of the index; the hub's NOTIFYs and this
         process' own sends lower it, a probe below the floor runs every 30 s in a thread of
         its own (as in the kombu transport).
+      pool_size / single_pool: most connections per pool (opened on first use); one pool
+        instead of two, relaxed statements with per-transaction settings (see
+        ``docs/operations.md``, connection sizing).
       fail_fast_default: ``join`` raises the exception of a message dead-lettered in this
         process (StubBroker's behaviour, for tests).
     """
@@ -121,6 +125,7 @@ class DelayqBroker(Broker):
         namespace: str = names.NAMESPACE,
         ensure_schema: bool = True,
         pool_size: int = 8,
+        single_pool: bool = False,
     ) -> None:
         super().__init__(middleware=middleware)
         if max_priority is not None and not 0 <= max_priority < names.MAX_PRIORITY_LEVELS:
@@ -141,7 +146,8 @@ class DelayqBroker(Broker):
                 raise InvalidInput("DelayqBroker needs url=, database= or DELAYQ_DATABASE_URL")
             # Opened on first use (min_size=0): a pool that opens one connection up front and is
             # used at once grows to two (docs/operations.md, connection sizing).
-            database = Database(url, min_size=0, max_size=pool_size)
+            pools = SinglePoolDatabase if single_pool else Database
+            database = pools(url, min_size=0, max_size=pool_size)
         self.db = database
         # The start-up line Celery's banner gives (the URL libpq connects with, a failover
         # list already merged into it): which server a worker talks to, without its password.
