@@ -29,6 +29,7 @@ from .errors import (
     PermissionDenied,
     SchemaMissing,
 )
+from .timeouts import timeout_error
 from .urls import mask_password, normalize_url  # here since issue 26: every URL form
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class RetryPolicy:
 def translate(exc: BaseException, url: str) -> Exception:
     """Map a driver error to a delayq error whose message says what to do."""
     where = mask_password(url)
+    if (limit := timeout_error(exc, where)) is not None:  # before OperationalError: a subclass
+        return limit
     if isinstance(exc, pg_errors.UndefinedTable):
         return SchemaMissing(f"{exc.diag.message_primary} (run `delayq migrate` against {where})")
     if isinstance(exc, pg_errors.InsufficientPrivilege):

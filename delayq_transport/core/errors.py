@@ -29,3 +29,17 @@ class SchemaMissing(DatabaseError):
 
 class PermissionDenied(DatabaseError):
     """The role lacks a privilege the operation needs (see ``delayq grants``)."""
+
+
+class ServerTimeout(DatabaseUnavailable):
+    """A limit set on the server (``statement_timeout``, ``lock_timeout``,
+    ``idle_in_transaction_session_timeout``) cancelled the statement; the message names it.
+
+    A kind of unavailability rather than a refusal: the same statement may pass a moment
+    later (a busy table, a slow disk), so workers reconnect and go on instead of stopping
+    (a Celery worker stops on any other DatabaseError raised in its event loop)."""
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(message)
+        #: The server setting that cancelled the statement.
+        self.setting = setting

@@ -17,6 +17,7 @@ It costs those two round trips per relaxed operation; measured in ``docs/operati
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any, TypeVar
 
 import psycopg
@@ -25,15 +26,9 @@ from psycopg.pq import ConnStatus, ExecStatus
 from psycopg_pool import ConnectionPool
 
 from .db import Database
+from .queries import raw_queries
 
 T = TypeVar("T")
-
-#: The relaxed pool's session settings (Database.relaxed_pool says why each), per transaction.
-RELAXED_SETTINGS: dict[str, str] = {
-    "synchronous_commit": "off", "plan_cache_mode": "force_generic_plan",
-    "enable_seqscan": "off", "enable_bitmapscan": "off", "enable_sort": "off"}
-_BEGIN_RELAXED = ("BEGIN; " + "; ".join(
-    f"SET LOCAL {name} = '{value}'" for name, value in RELAXED_SETTINGS.items())).encode()
 
 
 class SinglePoolDatabase(Database):
@@ -56,10 +51,15 @@ class SinglePoolDatabase(Database):
         return super().run(in_relaxed_transaction, idempotent=idempotent)
 
 
+@cache
+def _begin_relaxed_sql() -> bytes:
+    return raw_queries()["relaxed_begin"].encode()
+
+
 def _begin_relaxed(conn: psycopg.Connection[Any]) -> None:
     """``BEGIN`` and the relaxed settings through libpq's simple protocol: several statements
     in one round trip, nothing prepared (a transaction pooler lends another session next)."""
-    result = conn.pgconn.exec_(_BEGIN_RELAXED)
+    result = conn.pgconn.exec_(_begin_relaxed_sql())
     if result.status != ExecStatus.COMMAND_OK:
         if conn.pgconn.status == ConnStatus.BAD:
             raise psycopg.OperationalError("connection lost: " + conn.pgconn.error_message
