@@ -34,7 +34,9 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
   consumer extends it every third of the lease; a dead one's messages come back after it.
 * ``polling_interval``: fallback poll when no notification arrives (default 5).
 * ``table``: queue table (default ``delayed_queue``).
-* ``pool_size``: pooled connections per process (default 4), plus one LISTEN connection.
+* ``pool_size``: most connections of each of the process' two pools (default 4), plus one
+  LISTEN connection; ``pool_min_size``: kept open while idle (default 0: opened on first use);
+  ``single_pool``: one pool, relaxed statements with per-transaction settings (default False).
 * ``batch_size``: most messages taken per poll (default 100; capped by prefetch).
 * ``ack_flush_interval``: acks are deleted in batches at least this often (default 0.05).
 * ``priority_steps``: priority buckets (default ``[0, 3, 6, 9]``).
