@@ -15,6 +15,7 @@ Settings (``app.conf``), with defaults:
   misfire policy, overridable per entry with options ``delayq_misfire`` / ``delayq_grace``;
 * ``delayq_beat_database_url`` (default: the broker URL) and ``delayq_beat_table``
   (default: ``broker_transport_options['table']`` or ``delayed_queue``);
+* ``delayq_beat_pool_size`` (2): most connections beat opens (on first use);
 * ``delayq_beat_check_tasks`` (True): refuse entries naming a task the app does not know,
   when the app has user tasks registered (else only warn).
 """
@@ -41,6 +42,8 @@ from .store import BeatStore
 
 log = logging.getLogger("delayq_beat")
 
+#: Most connections beat's pool opens (on first use): a refresh runs one statement at a time.
+DEFAULT_POOL_SIZE = 2
 #: After a failed refresh (database down), try again this soon rather than a full interval.
 RETRY_AFTER_FAILURE_S = 5.0
 
@@ -66,10 +69,13 @@ def settings_from(app: Any) -> Settings:
 
 
 def database_url(app: Any) -> str:
+    """The broker URL unless told otherwise. A failover list (Celery's ``broker_url`` as a
+    list, or ``a;b``) is kept whole: the Database turns it into one libpq multi-host URL, so
+    beat follows a failover as the workers do (it took only the first URL before issue 26)."""
     url = _conf(app, "delayq_beat_database_url", None) or app.conf.broker_write_url \
         or app.conf.broker_url
     if isinstance(url, list | tuple):
-        url = url[0] if url else None
+        url = ";".join(str(u) for u in url) if url else None
     if not url:
         raise ImproperlyConfigured(
             "delayq beat needs a database: set broker_url='delayq+postgresql://...' "
@@ -114,7 +120,8 @@ class Scheduler(beat.Scheduler):
 
     def _open(self) -> None:
         url, table = database_url(self.app), table_name(self.app)
-        queue = DelayedQueue(Database(url, max_size=2), table=table)
+        pool_size = int(_conf(self.app, "delayq_beat_pool_size", DEFAULT_POOL_SIZE))
+        queue = DelayedQueue(Database(url, min_size=0, max_size=pool_size), table=table)
         queue._owns_db = True
         store = BeatStore(queue.db, table)  # registers and applies migration 10
         self._queue = queue

@@ -43,10 +43,16 @@ PLUGIN_MODULES = tuple(dict.fromkeys(m for mods in LAZY_COMMANDS.values() for m 
 STATUS_PLUGIN_MODULES = ("delayq_beat.cli",)
 
 
+#: Most connections ``delayq`` opens (``delayq web`` serves requests on several threads).
+DEFAULT_POOL_SIZE = 8
+
+
 class Context:
-    def __init__(self, database_url: str | None, table: str) -> None:
+    def __init__(self, database_url: str | None, table: str,
+                 pool_size: int = DEFAULT_POOL_SIZE) -> None:
         self.database_url = database_url
         self.table = table
+        self.pool_size = pool_size
 
     def require_url(self) -> str:
         if not self.database_url:
@@ -54,7 +60,16 @@ class Context:
         return self.database_url
 
     def queue(self) -> DelayedQueue:
-        return DelayedQueue(self.require_url(), table=self.table)
+        """The table's queue on a pool that opens connections on first use, up to
+        ``--pool-size`` (the queue closes it)."""
+        db = Database(self.require_url(), min_size=0, max_size=self.pool_size)
+        try:
+            queue = DelayedQueue(db, table=self.table)
+        except BaseException:
+            db.close()
+            raise
+        queue._owns_db = True
+        return queue
 
 
 class DelayqGroup(click.Group):
@@ -84,14 +99,17 @@ class DelayqGroup(click.Group):
               help="postgresql://user@host:port/db (env: DELAYQ_DATABASE_URL)")
 @click.option("--table", default="delayed_queue", show_default=True, envvar="DELAYQ_TABLE",
               help="Queue table name (env: DELAYQ_TABLE)")
+@click.option("--pool-size", default=DEFAULT_POOL_SIZE, show_default=True,
+              envvar="DELAYQ_POOL_SIZE", type=click.IntRange(1, 100),
+              help="Most database connections this command opens (env: DELAYQ_POOL_SIZE)")
 @click.pass_context
-def main(ctx: click.Context, database_url: str | None, table: str) -> None:
+def main(ctx: click.Context, database_url: str | None, table: str, pool_size: int) -> None:
     """delayq: a PostgreSQL-backed delayed queue for Celery."""
     try:
         validate_table_name(table)
     except DelayqError as exc:
         raise click.BadParameter(str(exc), param_hint="--table") from exc
-    ctx.obj = Context(database_url, table)
+    ctx.obj = Context(database_url, table, pool_size)
 
 
 @main.command("migrate")
@@ -115,8 +133,11 @@ def status_cmd(obj: Context, as_json: bool, exact: bool, cap: int) -> None:
     """Per queue/kind: due, scheduled, in flight, redelivered, lag, next due; then what holds
     back cleanup, dead tuples and bloat, with warnings (thresholds: docs/operations.md)."""
     with obj.queue() as queue:
-        if not as_json and PeriodicStore(queue.db, obj.table).in_use():
-            load_plugins(STATUS_PLUGIN_MODULES)
+        if not as_json:  # the URL as the worker banner shows it, password masked (issue 26)
+            console.print(f"database {mask_password(queue.db.url)}", style="dim", markup=False,
+                          highlight=False, soft_wrap=True)
+            if PeriodicStore(queue.db, obj.table).in_use():
+                load_plugins(STATUS_PLUGIN_MODULES)
         run_status(console, queue, obj.table, as_json=as_json, exact=exact, cap=cap,
                    hooks=STATUS_HOOKS, obj=obj)
 

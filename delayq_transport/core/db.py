@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -31,11 +29,11 @@ from .errors import (
     PermissionDenied,
     SchemaMissing,
 )
+from .timeouts import timeout_error
+from .urls import mask_password, normalize_url  # here since issue 26: every URL form
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-_SCHEME_RE = re.compile(r"^(?:delayq\+)?(?:postgres|postgresql)(?:\+psycopg2?)?://")
 
 #: Session settings of every pooled delayq connection. ``jit=off``: each hot statement reads a
 #: handful of rows through an index, but its cost is estimated from table size; on a table of
@@ -71,24 +69,6 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def normalize_url(url: str) -> str:
-    """Accept the URL spellings users paste (kombu's, SQLAlchemy's) and return a libpq URL."""
-    if not isinstance(url, str) or not _SCHEME_RE.match(url):
-        raise InvalidInput(
-            f"invalid database URL {mask_password(str(url))!r}: expected "
-            "postgresql://user@host:port/dbname (or delayq+postgresql://...)"
-        )
-    return _SCHEME_RE.sub("postgresql://", url, count=1)
-
-
-def mask_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """Bounded exponential backoff with jitter for transient failures."""
@@ -107,6 +87,8 @@ class RetryPolicy:
 def translate(exc: BaseException, url: str) -> Exception:
     """Map a driver error to a delayq error whose message says what to do."""
     where = mask_password(url)
+    if (limit := timeout_error(exc, where)) is not None:  # before OperationalError: a subclass
+        return limit
     if isinstance(exc, pg_errors.UndefinedTable):
         return SchemaMissing(f"{exc.diag.message_primary} (run `delayq migrate` against {where})")
     if isinstance(exc, pg_errors.InsufficientPrivilege):
@@ -131,7 +113,13 @@ class Database:
         retry: RetryPolicy | None = None,
         pooling: str = "auto",
         listen_url: str | None = None,
+        single_pool: bool = False,
     ) -> None:
+        """``single_pool``: relaxed statements (see :attr:`relaxed_pool`) run on the one pool
+        instead of a second one, each in a transaction opened with the relaxed settings as
+        ``SET LOCAL``: a publishing process then holds one connection, for a tight connection
+        budget (two round trips more per relaxed operation; docs/operations.md, *Deploying*).
+        ``pooling`` and ``listen_url``: see :meth:`_probe` and docs/operations.md."""
         self.url = normalize_url(url)
         #: Where LISTEN connects: a direct URL past a transaction pooler restores push wake-ups.
         self.listen_url = normalize_url(listen_url) if listen_url else self.url
@@ -147,9 +135,19 @@ class Database:
         #: Whether the server takes session settings as startup options.
         self._options_ok = True
         self._probe(detect=pooling == "auto")
+        pooled = self.transaction_pooling
+        #: How a transaction opens where settings cannot ride on the connection (None: it
+        #: does not open one, autocommit): behind a transaction pooler every transaction
+        #: carries its pool's settings; on the one pool of ``single_pool`` a relaxed one
+        #: carries the relaxed settings. BEGIN and SET LOCAL go in one round trip.
+        self._begin = b"BEGIN; " + set_statement(SESSION_SETTINGS, local=True) if pooled \
+            else None
+        self._relaxed_begin = b"BEGIN; " + set_statement(
+            {**(SESSION_SETTINGS if pooled else {}), **RELAXED_SETTINGS}, local=True) \
+            if pooled or single_pool else None
         self._sizes = (min_size, max(max_size, min_size))
         self.pool = self._make_pool("delayq")
-        self._relaxed_pool: ConnectionPool | None = None
+        self._relaxed_pool: ConnectionPool | None = self.pool if single_pool else None
         self._closed = False
         self._lock = threading.Lock()
 
@@ -159,11 +157,9 @@ class Database:
             kwargs["application_name"] = name  # tells the two pools apart in pg_stat_activity
         configure = None
         if self.transaction_pooling:
-            set_local = set_statement({**SESSION_SETTINGS, **settings}, local=True)
 
             def configure(conn: psycopg.Connection[Any]) -> None:
-                conn._delayq_set_local = set_local  # type: ignore[attr-defined]
-                conn._delayq_begin = b"BEGIN; " + set_local  # type: ignore[attr-defined]
+                conn._delayq_unprepared = True  # type: ignore[attr-defined]  # core/direct.py
         elif not self._options_ok:  # a session pooler that drops startup options: SET once
             setup = set_statement({**SESSION_SETTINGS, **settings}, local=False)
 
@@ -274,12 +270,13 @@ class Database:
         ``relaxed`` picks a connection that commits without waiting for the WAL flush.
         """
         delays = None
-        pool = self.pool
+        pool, begin = self.pool, self._begin
         if relaxed:  # the property takes a lock on every call: only the first one needs it
             pool = self._relaxed_pool if self._relaxed_pool is not None else self.relaxed_pool
+            begin = self._relaxed_begin
         while True:
             try:
-                return run_on_pooled(pool, work, self.transaction_pooling)
+                return run_on_pooled(pool, work, begin)
             except TRANSIENT_ERRORS as exc:
                 delays = delays or self.retry.delays()
                 delay = next(delays, None)
@@ -318,8 +315,8 @@ class Database:
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection inside one transaction, without the retry loop (caller retries)."""
         with self.pool.connection() as conn, conn.transaction():
-            if self.transaction_pooling:
-                _simple(conn, conn._delayq_set_local)  # type: ignore[attr-defined]
+            if self._begin is not None:
+                _simple(conn, self._begin.removeprefix(b"BEGIN; "))
             yield conn
 
     def close(self) -> None:
@@ -327,7 +324,7 @@ class Database:
             if not self._closed:
                 self._closed = True
                 self.pool.close()
-                if self._relaxed_pool is not None:
+                if self._relaxed_pool is not None and self._relaxed_pool is not self.pool:
                     self._relaxed_pool.close()
 
     def __enter__(self) -> Database:
@@ -338,18 +335,18 @@ class Database:
 
 
 def run_on_pooled(pool: ConnectionPool, work: Callable[[psycopg.Connection[Any]], T],
-                  in_transaction: bool = False) -> T:
+                  begin: bytes | None = None) -> T:
     """``work`` on a connection of ``pool``, with what ``with pool.connection()`` does (commit on
     success, rollback on error, return to the pool) minus its context managers: those cost
     ~11 us of client CPU per call (measured: 20 us vs 9 us), once per publish and per poll.
 
-    ``in_transaction`` (behind a transaction pooler): ``work`` runs inside a transaction opened
-    with the pool's settings as SET LOCAL, so they hold on whichever server connection the
-    pooler lends; ``work``'s own ``conn.transaction()`` becomes a savepoint."""
+    ``begin`` (``BEGIN; SET LOCAL ...``): ``work`` runs inside a transaction opened with those
+    settings, which hold on whichever server connection a pooler lends and end with it;
+    ``work``'s own ``conn.transaction()`` becomes a savepoint."""
     conn = pool.getconn()
     try:
-        if in_transaction:
-            _simple(conn, conn._delayq_begin)  # type: ignore[attr-defined]
+        if begin is not None:
+            _simple(conn, begin)
         result = work(conn)
         if conn.pgconn.transaction_status != TransactionStatus.IDLE:
             conn.commit()

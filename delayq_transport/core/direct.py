@@ -107,7 +107,7 @@ class DirectStatement:
 class _ConnState:
     """What a connection has prepared, its client encoding (read once: it is a lookup), the
     loader of its results, and whether it may prepare at all: a connection behind a
-    transaction pooler (the pool's configure step gave it ``_delayq_begin``, see
+    transaction pooler (the pool's configure step marked it ``_delayq_unprepared``, see
     :class:`~.db.Database`) lends a different server session to every transaction, where a
     named statement exists already or not at all."""
 
@@ -117,7 +117,7 @@ class _ConnState:
         self.encoding = conn.info.encoding
         self.loader: abc.Transformer = Transformer(conn)
         self.prepared: set[bytes] = set()
-        self.unnamed = hasattr(conn, "_delayq_begin")
+        self.unnamed = getattr(conn, "_delayq_unprepared", False)
 
 
 def _encode(value: Any, encoding: str) -> bytes | None:

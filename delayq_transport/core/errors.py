@@ -46,3 +46,17 @@ class RunMismatch(InvalidInput):
     """A part of a run recorded as applied holds other records now (core/runs.py): the input,
     or how it is split into parts, changed since. Skipping the part could lose rows and writing
     it could run tasks twice, so nothing of it was written."""
+
+
+class ServerTimeout(DatabaseUnavailable):
+    """A limit set on the server (``statement_timeout``, ``lock_timeout``,
+    ``idle_in_transaction_session_timeout``) cancelled the statement; the message names it.
+
+    A kind of unavailability rather than a refusal: the same statement may pass a moment
+    later (a busy table, a slow disk), so workers reconnect and go on instead of stopping
+    (a Celery worker stops on any other DatabaseError raised in its event loop)."""
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(message)
+        #: The server setting that cancelled the statement.
+        self.setting = setting

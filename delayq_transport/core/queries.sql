@@ -345,9 +345,22 @@ CREATE TABLE IF NOT EXISTS {migrations} (
     PRIMARY KEY ("tableName", "version")
 )
 
+-- migrations_limits --
+-- A migration is schema work, not a runtime statement: no statement_timeout for its
+-- transaction (an index on a big table takes as long as it takes), and no lock_timeout while
+-- it waits for another migrator's advisory lock (a role's 10 ms would end a worker's start
+-- while another one migrates). Returns the role's lock_timeout, put back for the DDL.
+SELECT current_setting('lock_timeout'), set_config('statement_timeout', '0', true),
+       set_config('lock_timeout', '0', true)
+
 -- migrations_lock --
 -- Serialise concurrent migrators (several workers starting at once) on one advisory lock.
 SELECT pg_advisory_xact_lock(%(lock_key)s)
+
+-- migrations_lock_timeout --
+-- The role's lock_timeout again once the advisory lock is held: the DDL waits for a table
+-- lock no longer than the DBA allows (a waiting ALTER TABLE queues every statement after it).
+SELECT set_config('lock_timeout', %(lock_timeout)s, true)
 
 -- migrations_applied --
 -- Versions already applied to this table.

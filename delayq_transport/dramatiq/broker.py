@@ -20,6 +20,7 @@ Connection
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -34,13 +35,15 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
 from ..core import partitions
-from ..core.db import Database
+from ..core.db import Database, mask_password
 from ..core.errors import InvalidInput
 from ..core.publish_buffer import PublishBuffer, check_linger
 from ..core.queue import DelayedQueue
 from ..core.timeutil import from_ms
 from . import names
 from .consumer import DelayqConsumer, Hub, IdleConsumer
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 DEFAULT_POLLING_INTERVAL_S = 5.0
@@ -96,6 +99,9 @@ class DelayqBroker(Broker):
         dead index entries lie) instead of the bottom of the index; the hub's NOTIFYs and this
         process' own sends lower it, a probe below the floor runs every 30 s in a thread of
         its own (as in the kombu transport).
+      pool_size / single_pool: most connections per pool (opened on first use); one pool
+        instead of two, relaxed statements with per-transaction settings (see
+        ``docs/operations.md``, connection sizing).
       fail_fast_default: ``join`` raises the exception of a message dead-lettered in this
         process (StubBroker's behaviour, for tests).
     """
@@ -121,6 +127,7 @@ class DelayqBroker(Broker):
         pooling: str = "auto",
         listen_url: str | None = None,
         unheard_polling_interval: float = 0.5,
+        single_pool: bool = False,
     ) -> None:
         super().__init__(middleware=middleware)
         if max_priority is not None and not 0 <= max_priority < names.MAX_PRIORITY_LEVELS:
@@ -142,8 +149,14 @@ class DelayqBroker(Broker):
             url = url or os.environ.get("DELAYQ_DATABASE_URL")
             if not url:
                 raise InvalidInput("DelayqBroker needs url=, database= or DELAYQ_DATABASE_URL")
-            database = Database(url, max_size=pool_size, pooling=pooling, listen_url=listen_url)
+            # Opened on first use (min_size=0): a pool that opens one connection up front and is
+            # used at once grows to two (docs/operations.md, connection sizing).
+            database = Database(url, min_size=0, max_size=pool_size, single_pool=single_pool,
+                                pooling=pooling, listen_url=listen_url)
         self.db = database
+        # The start-up line Celery's banner gives (the URL libpq connects with, a failover
+        # list already merged into it): which server a worker talks to, without its password.
+        log.info("delayq: Dramatiq broker on %s (table %s)", mask_password(database.url), table)
         self.queue = DelayedQueue(database, kind=f"{namespace}:", table=table,
                                   acquire_timeout=timedelta(seconds=acquire_timeout),
                                   ensure_schema=ensure_schema, relaxed_consumer_commits=True,

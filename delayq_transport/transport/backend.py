@@ -17,7 +17,12 @@ from ..core.queue import DelayedQueue
 from ..core.schema import set_unlogged
 from ..core.watermark import DEFAULT_FULL_RESCAN_INTERVAL_S
 from . import message as msg
-from .options import DEFAULT_ACQUIRE_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE
+from .options import (
+    DEFAULT_ACQUIRE_TIMEOUT_S,
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_POOL_MIN_SIZE,
+    DEFAULT_POOL_SIZE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +40,10 @@ class Backend:
         self._key = key
         self.table = options.get("table", "delayed_queue")
         self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)),
+                           min_size=int(options.get("pool_min_size", DEFAULT_POOL_MIN_SIZE)),
                            connect_timeout_s=float(options.get("connect_timeout",
                                                                DEFAULT_CONNECT_TIMEOUT_S)),
+                           single_pool=bool(options.get("single_pool")),
                            pooling=str(options.get("pooling", "auto")),
                            listen_url=options.get("listen_url"))
         try:

@@ -12,6 +12,11 @@ DEFAULT_POLLING_INTERVAL_S = 5.0
 DEFAULT_UNHEARD_POLLING_INTERVAL_S = 0.5
 DEFAULT_BATCH_SIZE = 100
 DEFAULT_POOL_SIZE = 4
+#: Connections each of a process' two pools keeps open while idle. 0: opened on first use.
+#: With 1 (before issue 26) a pool used right after it opened held 2: the first statement
+#: did not wait for the connection the pool was still opening and grew the pool by one, so
+#: every producer and pool child held 4 connections where it used 2.
+DEFAULT_POOL_MIN_SIZE = 0
 #: Per connection attempt (kombu's ``connect_timeout`` overrides it: Celery's
 #: ``broker_connection_timeout``), so a dead host of a failover list is left quickly.
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -28,6 +33,6 @@ DEFAULT_CLOSE_WAIT_S = 5.0
 #: Celery's broadcast exchange for remote control (``revoke`` of a waiting task deletes it).
 CONTROL_EXCHANGE = "celery.pidbox"
 #: Options that configure the shared :class:`~.backend.Backend` (pool and queue).
-BACKEND_OPTIONS = ("table", "pool_size", "pooling", "listen_url", "acquire_timeout",
-                   "ensure_schema", "durable_acks", "low_watermark", "full_rescan_interval",
-                   "unlogged_table", "publish_linger")
+BACKEND_OPTIONS = ("table", "pool_size", "pool_min_size", "single_pool", "pooling", "listen_url",
+                   "acquire_timeout", "ensure_schema", "durable_acks", "low_watermark",
+                   "full_rescan_interval", "unlogged_table", "publish_linger")

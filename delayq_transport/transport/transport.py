@@ -42,7 +42,9 @@ Set through Celery's ``broker_transport_options`` (seconds for all durations):
 * ``unheard_polling_interval``: the poll interval when LISTEN cannot deliver (default 0.5): the
   bound on how late a new task is found behind a transaction pooler without ``listen_url``.
 * ``table``: queue table (default ``delayed_queue``).
-* ``pool_size``: pooled connections per process (default 4), plus one LISTEN connection.
+* ``pool_size``: most connections of each of the process' two pools (default 4), plus one
+  LISTEN connection; ``pool_min_size``: kept open while idle (default 0: opened on first use);
+  ``single_pool``: one pool, relaxed statements with per-transaction settings (default False).
 * ``batch_size``: most messages taken per poll (default 100; capped by prefetch).
 * ``ack_flush_interval``: acks are deleted in batches at least this often (default 0.05).
 * ``priority_steps``: priority buckets (default ``[0, 3, 6, 9]``).
@@ -84,7 +86,6 @@ import socket
 import time
 from concurrent.futures import Future
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 from kombu.transport import TRANSPORT_ALIASES, virtual
@@ -102,6 +103,7 @@ from .options import (
     SKEW_RETRY_S,
 )
 from .poller import Poller, PollPlan, fetch_all
+from .urls import render, url_from_client
 from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
@@ -163,25 +165,21 @@ class Transport(virtual.Transport):
         self._kick: tuple[socket.socket, socket.socket] | None = None
         self._next_fallback = 0.0
         self._inflight: tuple[Future[Exception | None], list[PollPlan]] | None = None
+        #: True on the instance only: ``Connection.as_uri`` then asks :meth:`as_uri`, while
+        #: ``Connection.__init__``, which reads the class, still takes ``delayq://`` URLs apart
+        #: into host and port as kombu's failover expects.
+        self.can_parse_url = True
         super().__init__(client, **kwargs)
 
     @staticmethod
     def _url_from_client(client: Any) -> str:
-        """The libpq URL of the connection kombu is making.
+        """The libpq URL of the connection kombu is making (see :mod:`.urls`)."""
+        return url_from_client(client)
 
-        For a first URL ``delayq+postgresql://...`` kombu keeps everything after the ``+`` as
-        the hostname. Any other URL it has parsed into parts: ``delayq://...``, and every
-        failover alternate (``Connection.switch`` parses alternates whole, whatever their
-        scheme). Parts come back unquoted, so they are quoted again here.
-        """
-        hostname = client.hostname or ""
-        if "://" in hostname:
-            return hostname
-        user = quote(client.userid or "postgres", safe="")
-        password = f":{quote(client.password, safe='')}" if client.password else ""
-        port = client.port or Transport.default_port
-        db = quote((client.virtual_host or "postgres").strip("/") or "postgres", safe="")
-        return f"postgresql://{user}{password}@{hostname or 'localhost'}:{port}/{db}"
+    def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        """The broker URL for banners and logs, password masked: kombu's own rendering fails
+        on a libpq multi-host URL (see :mod:`.urls`)."""
+        return render(self.client, include_password, mask)
 
     @property
     def backend(self) -> Backend:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from ..cli.main import Context, console, register
+from ..core.db import mask_password
 
 DEFAULT_PORT = 8377
 
@@ -40,9 +41,11 @@ def web_cmd(obj: Context, host: str, port: int, token: str | None, basic_auth: s
         raise click.UsageError(str(exc)) from exc
     with obj.queue() as queue:
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        console.print(f"delayq web on http://{shown}:{port}/ ({obj.table}"
+        console.print(f"delayq web on http://{shown}:{port}/ ({obj.table} on "
+                      f"{mask_password(queue.db.url)}"
                       f"{', read-only' if read_only else ''}"
-                      f"{', arguments hidden' if hide_args else ''}); Ctrl-C stops it")
+                      f"{', arguments hidden' if hide_args else ''}); Ctrl-C stops it",
+                      markup=False, highlight=False, soft_wrap=True)
         serve(queue, config)
 
 
