@@ -29,8 +29,9 @@ from .errors import (
     PermissionDenied,
     SchemaMissing,
 )
+from .queries import raw_queries
 from .timeouts import timeout_error
-from .urls import mask_password, normalize_url  # here since issue 26: every URL form
+from .urls import mask_password, normalize_url  # re-exported: every URL form
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -231,7 +232,7 @@ class Database:
                 self._options_ok = False
             with conn:
                 if self._options_ok:
-                    row = conn.execute("SELECT current_setting(%s, true)", (_MARKER,),
+                    row = conn.execute(raw_queries()["session_marker"], {"name": _MARKER},
                                        prepare=False).fetchone()
                     self._options_ok = bool(row and row[0] == "on")
         except psycopg.Error as exc:
@@ -255,7 +256,6 @@ class Database:
             return psycopg.connect(url, **params)
         except psycopg.Error as exc:
             raise translate(exc, url) from exc
-
 
     def run(
         self,

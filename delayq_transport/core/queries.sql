@@ -434,6 +434,11 @@ ALTER TABLE {table} SET (
     autovacuum_analyze_scale_factor = 0.01, autovacuum_analyze_threshold = 1000
 )
 
+-- session_marker --
+-- core/db.py: the marker setting sent with delayq's startup options, read back once: missing
+-- when something between delayq and PostgreSQL (PgBouncer) refused or dropped the options.
+SELECT current_setting(%(name)s, true)
+
 -- listen --
 -- Subscribe a connection to this table's wake-ups.
 LISTEN {channel}
