@@ -16,6 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 from _celery_apps import close_connections
+from topology.clusters import wait_for
+from topology.services import executions  # noqa: F401 - the tier's tests import it from here
 
 from .celery_app import RESULTS_DDL
 
@@ -130,24 +132,10 @@ def producer(database_url: str) -> Iterator[Any]:
     close_connections(app)
 
 
-def executions(database_url: str, name: str | None = None) -> list[dict[str, Any]]:
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        cur = conn.cursor(row_factory=psycopg.rows.dict_row)
-        where = " WHERE name = %s" if name else ""
-        return cur.execute(f"SELECT * FROM executions{where} ORDER BY id",
-                           (name,) if name else ()).fetchall()
-
-
 def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05,
                message: str = "condition") -> Any:
     """Bounded wait for an observable event (no bare sleeps in tests)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+    return wait_for(predicate, message, timeout, interval)
 
 
 # -- Added for test_transport_{cli,countdowns,delivery,routing}.py -----------------------------

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+
+from .clusters import free_port
 
 CONFIG = """\
 [databases]
@@ -42,12 +43,6 @@ logfile = {dir}/pgbouncer.log
 pidfile = {dir}/pgbouncer.pid
 {ignore}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PgBouncer:
