@@ -1,12 +1,13 @@
 """What the publish's NOTIFY costs the machine, with ``pgbench``.
 
-The publish statement (``offer_insert`` of queries.sql, as the queue formats it) sends its own
-wake-up with ``pg_notify``. This runs it with ``pgbench`` (2 clients, prepared, ``synchronous_
-commit=off`` as the consumer pool and a default publish use) against a fresh database, once as
-shipped and once with the ``pg_notify`` column taken out, alternately, while one listener holds
-``LISTEN`` and reads every 100 ms the way a backlogged (deaf) worker does. Each round starts
-from an empty table. It prints the whole machine's CPU per insert (every process: pgbench,
-the backends, the listener's backend, the WAL writer), from ``/proc/stat``.
+The publish statement (``offer_insert`` of queries.sql, as the queue formats it) sends no wake-
+up: core/announce.py sends them after the commit, coalesced. This runs it with ``pgbench`` (2
+clients, prepared, ``synchronous_ commit=off`` as the consumer pool and a default publish use)
+against a fresh database, once as shipped and once with a ``pg_notify`` column added (the
+publish of revisions before issue 27, which notified inside its own transaction), alternately,
+while one listener holds ``LISTEN`` and reads every 100 ms the way a backlogged (deaf) worker
+does. Each round starts from an empty table. It prints the whole machine's CPU per insert (every
+process: pgbench, the backends, the listener's backend, the WAL writer), from ``/proc/stat``.
 
     python bench/diagnostics/notify_cost.py --rounds 4 --inserts 10000
 """
@@ -48,17 +49,20 @@ while True:
 
 
 def scripts(directory: Path) -> dict[str, Path]:
-    """pgbench scripts: the publish as shipped, and without its pg_notify column."""
+    """pgbench scripts: the publish as shipped, and with a pg_notify column added."""
     statement = Queries(TABLE)["offer_insert"]
     for placeholder, expression in _VALUES.items():
         statement = statement.replace(placeholder, expression)
     if "%(" in statement:
         raise SystemExit(f"offer_insert has a placeholder this script does not fill: {statement}")
-    silent, found = re.subn(r"pg_notify\([^)]*\),\s*", "", statement)
+    channel = notify_channel(TABLE)
+    noisy, found = re.subn(r'SELECT "scheduledAt",',
+                           f"SELECT \"scheduledAt\", pg_notify('{channel}', "
+                           "'celery:' || \"scheduledAt\"),", statement)
     if found != 1:
-        raise SystemExit("offer_insert no longer calls pg_notify once: update this script")
+        raise SystemExit("offer_insert's SELECT changed shape: update this script")
     out = {}
-    for name, text in (("with NOTIFY", statement), ("without", silent)):
+    for name, text in (("with NOTIFY", noisy), ("without", statement)):
         path = directory / f"{name.split()[0]}.sql"
         one_line = " ".join(text.split())
         path.write_text(f"\\set k random(1, 1000000000000)\n{one_line};\n")

@@ -319,6 +319,15 @@ class Database:
                 _simple(conn, self._begin.removeprefix(b"BEGIN; "))
             yield conn
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def has_relaxed_pool(self) -> bool:
+        """Whether relaxed statements have a pool already (without opening one)."""
+        return self._relaxed_pool is not None
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:

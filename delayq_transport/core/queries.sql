@@ -13,21 +13,22 @@ SELECT {now} AS now
 
 -- offer_insert --
 -- Phase 1 of offer(): optimistic insert; 0 rows means the key exists. The stored scheduledAt
--- comes back so this process's low watermark can drop below it at once. The statement sends
--- its own wake-up (the payload of notify_function) and marks itself with its
--- statement_timestamp, so the insert trigger's WHEN skips it (migration 5): no trigger call,
--- ~20-40 us less PostgreSQL CPU per publish. Should the trigger fire anyway, PostgreSQL folds
--- the identical notification of the same transaction into one.
+-- comes back so this process's low watermark can drop below it at once. The statement marks
+-- itself with its statement_timestamp, so the insert trigger's WHEN skips it (migration 5):
+-- the wake-up is sent after the commit, coalesced with this process' other publishes
+-- (core/announce.py). A NOTIFY inside the publishing transaction would take PostgreSQL's
+-- cluster-wide notify lock from its commit until its commit record is written, so notifying
+-- commits queue behind one another and cannot share a WAL flush (issue 27: 4 publishers,
+-- 7,520-7,870 inserts/s without it, 3,750-4,370 with it).
 WITH ins AS (
     INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
                          "createdAt")
     VALUES (%(key)s, %(kind)s, %(payload)b, COALESCE(%(scheduled_at)s::bigint, {now}),
             COALESCE(%(scheduled_at)s::bigint, {now}), {now})
     ON CONFLICT ("pKey", "pKind") DO NOTHING
-    RETURNING "pKind", "scheduledAt"
+    RETURNING "scheduledAt"
 )
-SELECT "scheduledAt", pg_notify({channel_literal}, "pKind" || ':' || "scheduledAt"),
-       set_config('delayq.notified_at', statement_timestamp()::text, true)
+SELECT "scheduledAt", set_config('delayq.notified_at', statement_timestamp()::text, true)
 FROM ins
 
 -- offer_select_for_update --
@@ -52,17 +53,26 @@ WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
 RETURNING "scheduledAt"
 
 -- offer_batch_insert --
--- offer_batch(): one multi-row insert from arrays (sent in binary: text-format arrays of bytea
--- cost more to escape than the insert itself); RETURNING names the keys that were created,
--- every other key already existed (or repeats within the batch). Rows closer to now than
--- `min_lead_ms` are not inserted (CronService: a late installer must not revive a fired tick).
-INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "createdAt")
-SELECT s.key, s.kind, s.payload, COALESCE(s.at, {now}), COALESCE(s.at, {now}), {now}
-FROM unnest(%(keys)b::text[], %(kinds)b::text[], %(payloads)b::bytea[], %(ats)b::bigint[])
-     AS s(key, kind, payload, at)
-WHERE %(min_lead_ms)s::bigint IS NULL OR COALESCE(s.at, {now}) > {now} + %(min_lead_ms)s::bigint
-ON CONFLICT ("pKey", "pKind") DO NOTHING
-RETURNING "pKey", "pKind", "scheduledAt"
+-- offer_batch() and concurrent offers of one process (core/combine.py): one multi-row insert
+-- from arrays (sent in binary: text-format arrays of bytea cost more to escape than the insert
+-- itself); RETURNING names the keys that were created, every other key already existed (or
+-- repeats within the batch). Rows closer to now than `min_lead_ms` are not inserted
+-- (CronService: a late installer must not revive a fired tick). Skips the insert trigger as
+-- offer_insert does: the caller announces the rows after the commit (core/announce.py).
+WITH ins AS (
+    INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
+                         "createdAt")
+    SELECT s.key, s.kind, s.payload, COALESCE(s.at, {now}), COALESCE(s.at, {now}), {now}
+    FROM unnest(%(keys)b::text[], %(kinds)b::text[], %(payloads)b::bytea[], %(ats)b::bigint[])
+         AS s(key, kind, payload, at)
+    WHERE %(min_lead_ms)s::bigint IS NULL
+       OR COALESCE(s.at, {now}) > {now} + %(min_lead_ms)s::bigint
+    ON CONFLICT ("pKey", "pKind") DO NOTHING
+    RETURNING "pKey", "pKind", "scheduledAt"
+)
+SELECT "pKey", "pKind", "scheduledAt",
+       set_config('delayq.notified_at', statement_timestamp()::text, true)
+FROM ins
 
 -- try_poll_many --
 -- Acquire up to `limit` due rows in one statement. Kinds are tried in the order given
@@ -411,10 +421,10 @@ CREATE TRIGGER {update_trigger} AFTER UPDATE ON {table}
     EXECUTE FUNCTION {notify_fn}({channel_literal})
 
 -- notify_insert_trigger_skip --
--- Migration 5: the insert trigger of notify_triggers, now skipped by statements that sent their
--- own wake-up (offer_insert marks delayq.notified_at with its statement_timestamp, which no
--- other statement of the transaction shares). COPY, offer_batch, bulk merges and raw SQL
--- inserts still notify through it. Replaced in one transaction: no insert goes unnoticed.
+-- Migration 5: the insert trigger of notify_triggers, now skipped by statements whose wake-up
+-- is sent otherwise (offer_insert and offer_batch_insert mark delayq.notified_at with their
+-- statement_timestamp, which no other statement of the transaction shares; core/announce.py
+-- sends it after the commit). COPY, bulk merges and raw SQL inserts still notify through it. Replaced in one transaction: no insert goes unnoticed.
 DROP TRIGGER IF EXISTS {insert_trigger} ON {table};
 CREATE TRIGGER {insert_trigger} AFTER INSERT ON {table}
     REFERENCING NEW TABLE AS new_rows
@@ -442,6 +452,15 @@ SELECT current_setting(%(name)s, true)
 -- listen --
 -- Subscribe a connection to this table's wake-ups.
 LISTEN {channel}
+
+-- announce --
+-- core/announce.py: this process' wake-ups ("kind:ms", the earliest new scheduledAt of each
+-- kind), sent after the publishes' commits in a transaction of their own, at most one per
+-- short window (a leading one at once, a trailing one at the window's end). Its transaction
+-- commits without waiting for the WAL flush (SET LOCAL, whatever the session's setting): a
+-- wake-up lost in a server crash only delays a pick-up to the consumers' fallback poll.
+SELECT set_config('synchronous_commit', 'off', true), pg_notify({channel_literal}, p)
+FROM unnest(%(payloads)s::text[]) AS p
 
 -- listen_probe --
 -- core/listen.py: a notification sent from another (pooled) connection, which a new LISTEN

@@ -11,10 +11,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
+from .announce import Announcer
+from .combine import ALONE, OfferCombiner
 from .counts import COUNT_CAP, capped_status, count_due
 from .db import Database, as_arrays, cursor_of
 from .errors import DatabaseError, InvalidInput
@@ -83,6 +87,13 @@ class DelayedQueue:
         self.db = (
             Database(database, max_size=pool_max_size) if isinstance(database, str) else database
         )
+        #: Wake-ups of this process' publishes, sent after their commits (core/announce.py).
+        self.announcer = Announcer(self.db, self.queries)
+        #: Concurrent offers share one insert and commit, per durability (core/combine.py).
+        self._combiners = {durable: OfferCombiner(self._insert_one(durable),
+                                                  self._insert_many(durable))
+                           for durable in (True, False)}
+        self._root = True
         if ensure_schema:
             try:
                 ensure_current_schema(self.db, table)
@@ -98,9 +109,14 @@ class DelayedQueue:
         clone.__dict__.update(self.__dict__)
         clone.kind = validate_kind(kind)
         clone._owns_db = False
+        clone._root = False
         return clone
 
     def close(self) -> None:
+        """Send the wake-ups still pending (the root queue; clones share it), close the pool
+        if this queue made it."""
+        if self._root:
+            self.announcer.close()
         if self._owns_db:
             self.db.close()
 
@@ -148,11 +164,67 @@ class DelayedQueue:
         """
         params = self._offer_params(key, payload, scheduled_at)
         lead_ms = None if min_lead is None else duration_ms(min_lead, what="min_lead")
+        if lead_ms is None and self.clock is None:  # concurrent offers share a commit
+            at = self._combiners[durable].offer(params)
+            if at is not ALONE:
+                if at is not None:
+                    self._lower(params["kind"], at)  # type: ignore[arg-type]
+                    return OfferOutcome.CREATED
+                if not can_update:
+                    return OfferOutcome.IGNORED
+                # the key exists: the replace path below (its insert finds it again, or
+                # creates the row if it was consumed meanwhile)
 
         def work(conn: psycopg.Connection[Any]) -> OfferOutcome:
             return self._offer_on(conn, params, can_update, lead_ms)
 
         return self.db.run(work, relaxed=not durable)
+
+    def _insert_one(self, durable: bool) -> Callable[[dict[str, Any]], int | None]:
+        """The combiner's write of a lone offer: ``offer_insert`` on libpq (core/direct.py)."""
+        insert = self.queries.direct("offer_insert")
+
+        def work(conn: psycopg.Connection[Any], params: dict[str, Any]) -> int | None:
+            at = insert.first(conn, params)
+            if at is None:
+                return None
+            self._announce_on(conn, ((params["kind"], int(at)),))
+            return int(at)
+
+        return lambda params: self.db.run(partial(work, params=params), relaxed=not durable)
+
+    def _insert_many(self, durable: bool
+                     ) -> Callable[[list[dict[str, Any]]], list[tuple[Any, ...]]]:
+        """The combiner's write of offers that gathered: one ``offer_batch_insert``."""
+        return lambda chunk: self._insert_rows(chunk, None, durable)
+
+    def _insert_rows(self, chunk: list[dict[str, Any]], lead_ms: int | None, durable: bool
+                     ) -> list[tuple[Any, ...]]:
+        """One multi-row insert; the created rows' ``(pKey, pKind, scheduledAt)``, announced."""
+        keys, kinds, payloads, ats = as_arrays(
+            [(p["key"], p["kind"], p["payload"], p["scheduled_at"]) for p in chunk], 4
+        )
+        params = {"keys": keys, "kinds": kinds, "payloads": payloads, "ats": ats,
+                  "now": chunk[0]["now"], "min_lead_ms": lead_ms}
+        statement = self.queries["offer_batch_insert"]
+
+        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            rows = cursor_of(conn).execute(statement, params).fetchall()
+            if rows:
+                self._announce_on(conn, ((r[1], r[2]) for r in rows))
+            return rows
+
+        return self.db.run(work, relaxed=not durable)
+
+    def _announce_on(self, conn: psycopg.Connection[Any], rows: Iterable[tuple[str, int]]
+                     ) -> None:
+        """Rows were inserted on ``conn``: commit them, then wake their consumers (at once on
+        this connection when the announcer's window is over, else later: core/announce.py)."""
+        if conn.pgconn.transaction_status != TransactionStatus.IDLE:
+            conn.commit()
+        payloads = self.announcer.due(rows)
+        if payloads:
+            self.announcer.send_on(conn, payloads)
 
     def _offer_params(
         self, key: str, payload: bytes, at: datetime | None, *, memo: MsMemo | None = None
@@ -177,6 +249,7 @@ class DelayedQueue:
         for _ in range(MAX_CAS_ATTEMPTS):
             too_close = lead_ms is not None and self._too_close(conn, params, lead_ms)
             if not too_close and (at := insert.first(conn, params)) is not None:
+                self._announce_on(conn, ((params["kind"], int(at)),))
                 self._lower(params["kind"], int(at))
                 return OfferOutcome.CREATED
             if not can_update:
@@ -241,13 +314,8 @@ class DelayedQueue:
         self, chunk: list[dict[str, Any]], can_update: bool, lead_ms: int | None,
         durable: bool = True,
     ) -> list[OfferOutcome]:
-        keys, kinds, payloads, ats = as_arrays(
-            [(p["key"], p["kind"], p["payload"], p["scheduled_at"]) for p in chunk], 4
-        )
-        params = {"keys": keys, "kinds": kinds, "payloads": payloads, "ats": ats,
-                  "now": self._now_ms(), "min_lead_ms": lead_ms}
-        rows = self.db.fetchall(self.queries["offer_batch_insert"], params, relaxed=not durable)
-        if rows and self.watermarks is not None:
+        rows = self._insert_rows(chunk, lead_ms, durable)
+        if rows:
             self._lower(rows[0][1], min(r[2] for r in rows))  # one kind per DelayedQueue
         created = {row[0] for row in rows}
         outcomes: list[OfferOutcome] = []

@@ -24,6 +24,11 @@ def validate_key(key: object, *, what: str = "key", limit: int = MAX_KEY_CHARS) 
         )
     if "\x00" in key:
         raise InvalidInput(f"{what} must not contain NUL characters: {key!r}")
+    if not key.isascii():
+        try:
+            key.encode()
+        except UnicodeEncodeError as exc:  # a lone surrogate: PostgreSQL stores UTF-8 only
+            raise InvalidInput(f"{what} is not valid Unicode ({exc.reason}): {key!r}") from None
     return key
 
 

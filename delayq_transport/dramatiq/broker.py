@@ -286,6 +286,7 @@ class DelayqBroker(Broker):
         for consumer in self.hub.consumers():
             consumer.close()
         self.hub.stop()
+        self.queue.close()  # sends the wake-ups still pending (core/announce.py)
         if self._owns_db:
             self.db.close()
 

@@ -120,4 +120,5 @@ class Backend:
                 self._registry.pop(self._key, None)
                 if self.publisher is not None:
                     self.publisher.close()
+                self.queue.close()  # sends the wake-ups still pending (core/announce.py)
                 self.db.close()

@@ -205,11 +205,15 @@ def test_acks_from_many_threads_are_all_applied(kombu_connect: Connect, stored: 
 
 def _publishing_pool(kombu_db: str, table: str) -> str:
     """The pool (application_name) of the connection whose last statement inserted into
-    ``table``: pools differ only in ``synchronous_commit``, so this is the durability used."""
+    ``table`` (or announced the insert after its commit, on the same connection:
+    core/announce.py): pools differ only in ``synchronous_commit``, so this is the durability
+    used."""
     with psycopg.connect(kombu_db, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT application_name, current_setting('synchronous_commit') FROM pg_stat_activity"
-            " WHERE query ~ ('^(WITH ins AS \\(\\s*)?INSERT INTO ' || %s)"
+            " WHERE (query ~ ('^(WITH ins AS \\(\\s*)?INSERT INTO ' || %s)"
+            "        OR query ~ '^SELECT set_config\\(''synchronous_commit'', ''off'', true\\), "
+            "pg_notify')"
             " AND pid <> pg_backend_pid()",
             (f'"{table}"',)).fetchall()
     names = {name for name, _ in rows}
