@@ -167,3 +167,27 @@ def test_celery_outcomes_come_from_the_result_backend(database_url: str) -> None
     finally:
         client.flushdb()
         app.close()
+
+
+def test_dead_letters_from_the_command_line(broker: DelayqBroker, database_url: str) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from delayq_transport.cli import main
+
+    fail(broker, "x", "y")
+    run = CliRunner().invoke
+    listed = json.loads(run(main, ["-d", database_url, "tasks", "dead-letters", "list",
+                                   "--json"]).output)
+    ids = [d["id"] for d in listed["dead_letters"]]
+    assert len(ids) == 2 and listed["queues"][0]["dead_letters"] == 2
+    shown = run(main, ["-d", database_url, "tasks", "dead-letters", "show", str(ids[0])])
+    assert "ValueError: broken" in shown.output and "Traceback" in shown.output
+    assert "requeued to q" in run(main, ["-d", database_url, "tasks", "dead-letters",
+                                         "requeue", str(ids[0])]).output
+    assert "deleted" in run(main, ["-d", database_url, "tasks", "dead-letters", "delete",
+                                   str(ids[1])]).output
+    gone = run(main, ["-d", database_url, "tasks", "dead-letters", "delete", str(ids[1])])
+    assert gone.exit_code != 0 and "no dead letter" in gone.output
+    assert "none" in run(main, ["-d", database_url, "tasks", "dead-letters", "list"]).output
