@@ -81,8 +81,9 @@ async def task_page(request: Request) -> Response:
         if result_backend(st) is None or ident.lstrip("#").isdigit():
             raise
         return RedirectResponse(f"/outcomes/{ident}", status_code=303)  # ran: its outcome
+    celery = view.message is not None and view.message.format == "celery"
     return render(request, "task.html", task=view.as_dict(full=True), view=view,
-                  outcome=await outcome_of(request, view.row.key))
+                  outcome=await outcome_of(request, view.row.key) if celery else None)
 
 
 def _back(ident: str, msg: str, gone: bool = False) -> Response:
