@@ -132,6 +132,42 @@ def outcome_shots(queue: DelayedQueue, page: object, base: str, out: Path) -> No
     goto(base + "/workers")
     page.locator("#workers summary").first.click()  # type: ignore[attr-defined]
     shot(path=str(out / "web-workers.png"), full_page=True)
+    retry_shot(queue, page, out)
+
+
+REDIS_URL = "redis://127.0.0.1:6379/14"
+
+
+def retry_shot(queue: DelayedQueue, page: object, out: Path) -> None:
+    """A Celery retry waiting, with the failure that caused it read from a Redis result
+    backend (``delayq web --result-backend``)."""
+    import redis
+    from celery import Celery
+
+    at = datetime.now(UTC) + timedelta(minutes=9)
+    msg = task_message("billing.charge", [{"account": 42, "invoice": "INV-0042"}], {}, eta=at,
+                       retries=2)
+    task_id = str(msg["headers"]["id"])
+    queue.with_kind("celery").offer(task_id, encode(msg), at)
+    app = Celery("screens", backend=REDIS_URL, set_as_current=False)
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    try:
+        charge({"order": 42})
+    except CardDeclined as exc:
+        import traceback
+
+        app.backend.store_result(task_id, exc, "RETRY",
+                                 traceback="".join(traceback.format_exception(exc)))
+    server = BackgroundServer(queue, WebConfig(port=0, refresh_s=0,
+                                               result_backend=REDIS_URL)).start()
+    try:
+        page.goto(f"{server.url}/tasks/{task_id}")  # type: ignore[attr-defined]
+        page.screenshot(path=str(out / "web-retry-outcome.png"),  # type: ignore[attr-defined]
+                        full_page=True)
+    finally:
+        server.stop()
+        redis.Redis.from_url(REDIS_URL).flushdb()
+        app.close()
 
 
 def main() -> None:
