@@ -41,6 +41,13 @@ from delayq_transport import Database, migrate
 
 KINDS = ["celery", "celery\x06\x163", "mail", "reports"]
 TARGET_MS = 300
+DEAD_LETTER = json.dumps({
+    "queue_name": "default", "actor_name": "app.charge", "args": [{"user": 123456}],
+    "kwargs": {}, "message_id": "0b7e6a5c-0000-4000-8000-000000000000",
+    "message_timestamp": 1700000000000,
+    "options": {"retries": 20, "delayq_exception": "ValueError: card declined",
+                "traceback": "Traceback (most recent call last):\n" + '  File "app.py", line 1\n'
+                * 30 + "ValueError: card declined\n"}}).encode()
 
 
 def payload(task: str, args: list[Any]) -> bytes:
@@ -89,8 +96,15 @@ def build(url: str, rows: int) -> dict[str, Any]:
         needle = payload("app.other", [{"user": 42, "email": "needle@example.com"}])
         conn.execute("""UPDATE delayed_queue SET "payload" = %(p)s WHERE id %% 500000 = 11""",
                      {"p": needle})
+        # 1,000 Dramatiq dead letters (the dead-letters page), failed over the last day.
+        conn.execute("""UPDATE delayed_queue SET "pKind" = 'dramatiq:default.XQ',
+                        "payload" = %(p)s, "scheduledAtInitially" = %(now)s - id %% 86400000,
+                        "scheduledAt" = %(now)s + 604800000 - id %% 86400000
+                        WHERE id %% 5000 = 17""", {"p": DEAD_LETTER, "now": now})
         conn.execute("ALTER TABLE delayed_queue ENABLE TRIGGER USER")
         conn.execute("VACUUM ANALYZE delayed_queue")
+        dead = conn.execute("""SELECT "id" FROM delayed_queue
+                               WHERE "pKind" = 'dramatiq:default.XQ' LIMIT 1""").fetchone()
         some = conn.execute("""SELECT "id", "pKey" FROM delayed_queue WHERE "lockUuid" IS NULL
                                AND id % 1000 = 3 LIMIT 60""").fetchall()
         row = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('delayed_queue'))"
@@ -98,7 +112,8 @@ def build(url: str, rows: int) -> dict[str, Any]:
         assert row is not None
         size = row[0]
     return {"now": now, "rows": rows, "build_s": time.perf_counter() - started, "size": size,
-            "ids": [r[0] for r in some], "keys": [r[1] for r in some]}
+            "ids": [r[0] for r in some], "keys": [r[1] for r in some],
+            "dead_id": dead[0] if dead else 0}
 
 
 def free_port() -> int:
@@ -149,6 +164,11 @@ def endpoints(info: dict[str, Any], deep_cursor: str) -> list[tuple[str, str, st
         ("GET /api/tasks/{task id}", "GET", f"/api/tasks/{info['keys'][1]}"),
         ("watch page (6 ids)", "GET", "/watch?ids=" + ",".join(info["keys"][2:8])),
         ("beat page", "GET", "/beat"),
+        ("dead letters page (1,000 dead letters)", "GET", "/dead-letters"),
+        ("GET /api/dead-letters?queue=default", "GET", "/api/dead-letters?queue=default"),
+        ("dead letter page (traceback)", "GET", f"/dead-letters/{info['dead_id']}"),
+        ("workers page (200 leases)", "GET", "/workers"),
+        ("GET /api/workers", "GET", "/api/workers"),
         ("POST reschedule", "POST", "reschedule"),
         ("DELETE (cancel)", "DELETE", "cancel"),
     ]

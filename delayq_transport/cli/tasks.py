@@ -22,6 +22,7 @@ from ..tasks import (
     parse_when,
 )
 from ..tasks.filters import STATES
+from .deadletters import dead_letters_group
 from .main import Context, console, register
 
 
@@ -185,3 +186,4 @@ def run_now_cmd(obj: Context, ident: str, as_json: bool) -> None:
 
 
 register(tasks_group)
+tasks_group.add_command(dead_letters_group)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from .cron import like_escape
 from .errors import InvalidInput
@@ -68,3 +69,47 @@ def kinds_with_prefix(queue: DelayedQueue, prefix: str) -> list[str]:
     rows = queue.db.fetchall(queue.queries["kinds_like"],
                              {"pattern": like_escape(prefix) + "%"})
     return sorted(r[0] for r in rows)
+
+
+# -- dead letters as the web page and the CLI manage them ----------------------------------
+
+
+def dead_letters_page(queue: DelayedQueue, kinds: Sequence[str], before: tuple[int, int],
+                      limit: int) -> list[Any]:
+    """Rows (``inspect.TaskRow`` columns) of these kept kinds, newest first, after the keyset
+    cursor ``before`` = (scheduledAt, id), at most ``limit``."""
+    if not 1 <= limit <= 1000:
+        raise InvalidInput(f"limit must be 1..1000, got {limit}")
+    params = {"kinds": [validate_kind(k) for k in kinds], "before_at": int(before[0]),
+              "before_id": int(before[1]), "limit": int(limit), "now": queue._now_ms()}
+    return queue.db.fetchall(queue.queries["dead_letters_page"], params) if kinds else []
+
+
+def dead_letters_count(queue: DelayedQueue, kinds: Sequence[str], cap: int) -> dict[str, int]:
+    """Rows per kept kind, each count stopping at ``cap``."""
+    if not kinds:
+        return {}
+    rows = queue.db.fetchall(queue.queries["dead_letters_count"],
+                             {"kinds": [validate_kind(k) for k in kinds], "cap": int(cap)})
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def requeue_dead_letter(queue: DelayedQueue, row_id: int, from_kind: str, to_kind: str,
+                        payload: bytes) -> int | None:
+    """Move one dead letter to ``to_kind``, due now, with ``payload``; its new scheduledAt, or
+    None if it is no longer a dead letter of ``from_kind`` (requeued or deleted meanwhile)."""
+    params = {"id": int(row_id), "from_kind": validate_kind(from_kind),
+              "to_kind": validate_kind(to_kind), "payload": payload, "now": queue._now_ms()}
+    row = queue.db.fetchone(queue.queries["dead_letter_requeue"], params)
+    if row is not None:
+        queue._lower(to_kind, int(row[1]))
+    return None if row is None else int(row[1])
+
+
+def delete_dead_letters(queue: DelayedQueue, ids: Sequence[int], kinds: Sequence[str]
+                        ) -> list[int]:
+    """Delete these ids, only where they are rows of the kept ``kinds``; returns ids deleted."""
+    if not ids or not kinds:
+        return []
+    params = {"ids": [int(i) for i in ids], "kinds": [validate_kind(k) for k in kinds]}
+    return [int(r[0]) for r in queue.db.fetchall(queue.queries["dead_letter_delete"], params)]

@@ -1075,3 +1075,73 @@ LIMIT %(limit)s
 -- kinds_like --
 -- Distinct kinds starting with a (LIKE-escaped) prefix: the queues an adapter has stored.
 SELECT DISTINCT "pKind" FROM {table} WHERE "pKind" LIKE %(pattern)s ESCAPE '\'
+
+-- Statements of the web page's dead letters and workers (core/leases.py, core/partitions.py).
+-- Bounded like the rest of inspect: dead letters are read from the (pKind, scheduledAt) index
+-- backwards, leases from the (lockUuid, id) index, each with a LIMIT inside the scan.
+
+-- dead_letters_page --
+-- Dead letters of these kinds, newest first, after the keyset cursor (scheduledAt, id). A dead
+-- letter's scheduledAt is the end of its retention (dead_letter: failure time + retention), so
+-- the index read backwards lists the latest failures first without sorting the kind.
+WITH w AS (
+    SELECT s.id, s.at
+    FROM unnest(%(kinds)s::text[]) AS k(kind)
+    CROSS JOIN LATERAL (
+        SELECT "id", "scheduledAt" AS at FROM {table}
+        WHERE "pKind" = k.kind AND "scheduledAt" <= %(before_at)s::bigint
+          AND ("scheduledAt", "id") < (%(before_at)s::bigint, %(before_id)s::bigint)
+        ORDER BY "scheduledAt" DESC, "id" DESC
+        LIMIT %(limit)s
+    ) AS s
+    ORDER BY s.at DESC, s.id DESC
+    LIMIT %(limit)s
+)
+SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM w JOIN {table} AS t ON t."id" = w.id CROSS JOIN (SELECT {now} AS now) AS n
+ORDER BY w.at DESC, w.id DESC
+
+-- dead_letters_count --
+-- Dead letters per kind, each count stopping at `cap` (the page shows "cap+").
+SELECT k.kind, (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE "pKind" = k.kind
+                                      LIMIT %(cap)s) AS x) AS n
+FROM unnest(%(kinds)s::text[]) AS k(kind)
+ORDER BY k.kind
+
+-- dead_letter_requeue --
+-- Move one dead letter back to a consumed kind, due now, with the payload given (its retry
+-- state reset); the update trigger wakes the consumers. Only from the dead-letter kind it was
+-- read in: a second requeue, or one racing a delete, changes nothing.
+UPDATE {table}
+SET "pKind" = %(to_kind)s, "payload" = %(payload)s, "scheduledAt" = {now},
+    "scheduledAtInitially" = {now}
+WHERE "id" = %(id)s AND "pKind" = %(from_kind)s AND "lockUuid" IS NULL
+RETURNING "id", "scheduledAt"
+
+-- dead_letter_delete --
+-- Delete dead letters by id, only from the dead-letter kinds given (never a live message).
+DELETE FROM {table}
+WHERE "id" = ANY(%(ids)s::bigint[]) AND "pKind" = ANY(%(kinds)s::text[]) AND "lockUuid" IS NULL
+RETURNING "id"
+
+-- leases_held --
+-- What consumers hold: rows with a lock, per (lock, kind), read through the (lockUuid, id)
+-- index and stopped at `cap` rows (leases are few: the workers' prefetch). A lock is one poll;
+-- core/leases.py groups locks into worker processes by the tag that starts each lock id.
+SELECT h."lockUuid", h."pKind", count(*) AS n, min(h."scheduledAt") AS lease_min,
+       max(h."scheduledAt") AS lease_max, min(h."scheduledAtInitially") AS oldest_eta, n.now
+FROM (SELECT "lockUuid", "pKind", "scheduledAt", "scheduledAtInitially" FROM {table}
+      WHERE "lockUuid" IS NOT NULL ORDER BY "lockUuid", "id" LIMIT %(cap)s) AS h
+CROSS JOIN (SELECT {now} AS now) AS n
+GROUP BY h."lockUuid", h."pKind", n.now
+ORDER BY h."lockUuid", h."pKind"
+
+-- bindings_seen --
+-- Queues consumers declared, with the last heartbeat of any consumer (bindings_touch) and
+-- whether it is an auto-delete queue (a Celery worker's remote-control mailbox is one).
+SELECT "queue", max("seenAt") AS seen_at, bool_or("autoDelete") AS auto_delete
+FROM {bindings}
+GROUP BY "queue"
+ORDER BY "queue"
+LIMIT %(limit)s

@@ -8,7 +8,6 @@ acquiring is one statement (``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
@@ -22,6 +21,7 @@ from .combine import ALONE, OfferCombiner
 from .counts import COUNT_CAP, capped_status, count_due
 from .db import Database, as_arrays, cursor_of
 from .errors import DatabaseError, InvalidInput
+from .leases import new_lock
 from .queries import Queries
 from .schema import ensure_schema as ensure_current_schema
 from .timeutil import duration_ms, from_ms, to_ms
@@ -357,7 +357,7 @@ class DelayedQueue:
         ms, leases included) of the rows left: when a consumer should look again. With
         ``low_watermark`` it is searched only now and then, and the time reported in between
         is the last one found lowered by every announcement since (see ``core/watermark.py``)."""
-        lock = str(uuid.uuid4())
+        lock = new_lock()  # starts with this process' worker tag (core/leases.py)
         kinds = self._kinds(kinds)
         marks = self.watermarks
         ticket = None if marks is None else marks.begin(kinds)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -26,7 +27,7 @@ from ..core.errors import DatabaseError, DatabaseUnavailable, ListenUndeliverabl
 from ..core.listen import Listener
 from ..core.timeutil import to_ms
 from ..core.types import Envelope
-from .names import PERIODIC_OPTION, canonical
+from .names import EXCEPTION_OPTION, PERIODIC_OPTION, canonical
 
 if TYPE_CHECKING:
     from .broker import DelayqBroker
@@ -51,6 +52,8 @@ POLL_GAP_S = 0.020
 #: per message. A consumer polls at most once per POLL_GAP_S anyway, so a batch read a few ms
 #: later mostly joins the poll it would have joined; due times are the consumers' own timers.
 NOTE_GAP_S = 0.010
+#: Frames of a dead letter's traceback kept (Dramatiq's Retries keeps 30 too).
+TRACEBACK_LIMIT = 30
 
 
 class DelayqMessageProxy(MessageProxy):
@@ -208,8 +211,9 @@ class DelayqConsumer(Consumer):
         # Recorded before the row leaves the queue: ``join`` returns as soon as it sees the
         # queue empty, and ``fail_fast`` must then find this failure (recorded after the move,
         # a join polling in between returned without raising).
-        self.broker.record_failure(self.queue_name, message, getattr(message, "_exception", None))
-        self._dead_letter([env], [message._message.encode()])
+        exc = getattr(message, "_exception", None)
+        self.broker.record_failure(self.queue_name, message, exc)
+        self._dead_letter([env], [final_payload(message._message, exc)])
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:
         envs = [_envelope(m) for m in messages]
@@ -321,6 +325,22 @@ class IdleConsumer(Consumer):
 
     def close(self) -> None:
         self._closed.set()
+
+
+def final_payload(message: Message, exc: BaseException | None) -> bytes:
+    """The dead letter's payload: the message with its final failure in its options.
+
+    Dramatiq's Retries writes ``traceback`` on each failure it handles, but not on one it
+    aborts (``throws``) nor without Retries at all; the nack knows the exception in every case
+    and writes its traceback and a one-line summary (``delayq_exception``) for the dead-letter
+    page. Done per failure only: acks never reach this.
+    """
+    if exc is None:
+        return message.encode()
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__,
+                                            limit=TRACEBACK_LIMIT))
+    summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return message.copy(options={"traceback": tb, EXCEPTION_OPTION: summary[:1000]}).encode()
 
 
 def _envelope(message: MessageProxy) -> Envelope:

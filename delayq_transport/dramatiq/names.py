@@ -20,6 +20,9 @@ NAMESPACE = "dramatiq"
 MAX_PRIORITY_LEVELS = 10
 #: Options of a periodic occurrence (delayq_beat's misfire header, see periodic.py).
 PERIODIC_OPTION = "delayq_periodic"
+#: Option of a dead letter: its final exception in one line (the nack writes it, with the final
+#: traceback in Dramatiq's own ``traceback`` option).
+EXCEPTION_OPTION = "delayq_exception"
 
 
 def canonical(queue_name: str) -> str:

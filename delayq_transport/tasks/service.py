@@ -90,6 +90,7 @@ class TaskView:
             "redelivered": r.redelivered, "eta": iso(self.eta_ms),
             "task": self.message.task if self.message else None,
             "args_preview": self.args_preview,
+            "retries": self.message.retries if self.message else None,
         }
         if full:
             out.update({

@@ -141,11 +141,12 @@ class SecurityHeaders:
 
 def create_app(queue: DelayedQueue, config: WebConfig | None = None) -> Starlette:
     """The app for one queue table; the caller owns ``queue`` (and closes it)."""
-    from . import api, pages
+    from . import api, outcomes, pages, workers
 
     config = (config or WebConfig()).validate()
     routes = [
         *pages.routes(guarded), *api.routes(guarded),
+        *outcomes.routes(guarded), *workers.routes(guarded),
         Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static"),
     ]
     middleware = [

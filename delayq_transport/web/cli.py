@@ -23,9 +23,13 @@ DEFAULT_PORT = 8377
 @click.option("--hide-args", is_flag=True, help="Never show task arguments (personal data)")
 @click.option("--refresh", default=3.0, show_default=True, type=click.FloatRange(0, 3600),
               help="Live refresh interval in seconds (0: off)")
+@click.option("--result-backend", envvar="DELAYQ_RESULT_BACKEND", default=None, metavar="URL",
+              help="The Celery app's result_backend (e.g. redis://host/1): task pages show "
+                   "state, result and traceback (env: DELAYQ_RESULT_BACKEND)")
 @click.pass_obj
 def web_cmd(obj: Context, host: str, port: int, token: str | None, basic_auth: str | None,
-            read_only: bool, hide_args: bool, refresh: float) -> None:
+            read_only: bool, hide_args: bool, refresh: float,
+            result_backend: str | None) -> None:
     """Serve the task page and its JSON API (see docs/web.md)."""
     try:
         from .security import ConfigError, WebConfig
@@ -34,7 +38,8 @@ def web_cmd(obj: Context, host: str, port: int, token: str | None, basic_auth: s
         raise click.ClickException(
             f"{exc}: install the web extra: pip install 'delayq[web]'") from exc
     config = WebConfig(host=host, port=port, token=token, basic_auth=basic_auth,
-                       read_only=read_only, hide_args=hide_args, refresh_s=refresh)
+                       read_only=read_only, hide_args=hide_args, refresh_s=refresh,
+                       result_backend=result_backend)
     try:
         config.validate()
     except ConfigError as exc:

@@ -11,7 +11,14 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ..core.errors import InvalidInput
-from ..tasks import TaskFilter, decode_cursor, encode_cursor, parse_duration, parse_when
+from ..tasks import (
+    TaskFilter,
+    TaskNotFound,
+    decode_cursor,
+    encode_cursor,
+    parse_duration,
+    parse_when,
+)
 from ..tasks.beat import beat_entries, set_beat_enabled
 from ..tasks.filters import STATES, page_size
 from . import chart
@@ -64,9 +71,19 @@ async def task_list(request: Request) -> Response:
 
 
 async def task_page(request: Request) -> Response:
+    from .outcomes import outcome_of, result_backend
+
     st = state(request)
-    view = await st.call(st.service.find, request.path_params["ident"])
-    return render(request, "task.html", task=view.as_dict(full=True), view=view)
+    ident = request.path_params["ident"]
+    try:
+        view = await st.call(st.service.find, ident)
+    except TaskNotFound:
+        if result_backend(st) is None or ident.lstrip("#").isdigit():
+            raise
+        return RedirectResponse(f"/outcomes/{ident}", status_code=303)  # ran: its outcome
+    celery = view.message is not None and view.message.format == "celery"
+    return render(request, "task.html", task=view.as_dict(full=True), view=view,
+                  outcome=await outcome_of(request, view.row.key) if celery else None)
 
 
 def _back(ident: str, msg: str, gone: bool = False) -> Response:

@@ -49,6 +49,7 @@ class WebConfig:
     read_only: bool = False
     hide_args: bool = False
     refresh_s: float = 3.0
+    result_backend: str | None = None  # Celery's result_backend URL: the task page's outcomes
     csrf_secret: str = field(default_factory=lambda: secrets.token_urlsafe(32))
 
     def validate(self) -> WebConfig:

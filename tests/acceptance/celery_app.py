@@ -27,6 +27,7 @@ app.conf.update(
     timezone=os.environ.get("DELAYQ_TZ", "UTC"),
     enable_utc=True,
     task_acks_late=os.environ.get("DELAYQ_ACKS_LATE") == "1",
+    result_backend=os.environ.get("DELAYQ_RESULT_BACKEND"),  # the web page's outcomes test
 )
 
 RESULTS_DDL = """CREATE TABLE IF NOT EXISTS executions (

@@ -93,6 +93,13 @@ def slow(tag: str, seconds: float) -> None:
     record("slow", tag)
 
 
+@dramatiq.actor(max_retries=0)
+def broken(tag: str) -> None:
+    """Fails at once: a dead letter for the web page's tests."""
+    record("broken", tag)
+    raise ValueError(f"broken {tag}")
+
+
 @dramatiq.actor
 def on_ok(message: dict, result: object) -> None:
     record("on_ok", str(message["args"][0]))

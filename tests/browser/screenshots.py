@@ -7,6 +7,7 @@ overview, task list and task pages from headless Chromium into docs/img/.
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import shutil
 import sys
@@ -61,6 +62,114 @@ def fill(queue: DelayedQueue) -> str:
     return shown
 
 
+class CardDeclined(Exception):
+    """A payment gateway's refusal, for the dead letters of the screenshots."""
+
+
+def charge(order: dict) -> None:
+    raise CardDeclined(f"insufficient funds for order {order['order']}")
+
+
+def render(context: dict) -> None:
+    raise KeyError("first_name")
+
+
+def fill_dead_letters(url: str) -> None:
+    """Dramatiq messages that failed for good, through the broker's own nack."""
+    from dramatiq.message import Message
+
+    from delayq_transport.dramatiq import DelayqBroker
+
+    failures = [("payments.charge", {"order": 1042}, charge),
+                ("payments.charge", {"order": 1077}, charge),
+                ("mail.render", {"template": "welcome"}, render)]
+    broker = DelayqBroker(url=url)
+    try:
+        broker.declare_queue("default")
+        for actor, arg, _ in failures:
+            broker.enqueue(Message(queue_name="default", actor_name=actor, args=(arg,),
+                                   kwargs={}, options={"retries": 5}))
+        consumer = broker.consume("default", prefetch=len(failures), timeout=2000)
+        for _ in failures:
+            proxy = next(consumer)
+            assert proxy is not None
+            run = next(f for a, arg, f in failures if a == proxy.actor_name)
+            try:
+                run(proxy.args[0])
+            except Exception as exc:  # noqa: BLE001 - what a worker would catch
+                proxy.stuff_exception(exc)
+            consumer.nack(proxy)
+        consumer.close()
+    finally:
+        broker.close()
+
+
+def poll_elsewhere(url: str) -> None:
+    with DelayedQueue(url, kind="mail", ensure_schema=False) as q:
+        q.try_poll_many(6)
+
+
+def outcome_shots(queue: DelayedQueue, page: object, base: str, out: Path) -> None:
+    """Dead letters, one dead letter, and the workers page (leases of fill())."""
+    from delayq_transport.core.bindings import Bindings
+
+    fill_dead_letters(queue.db.url)
+    bindings = Bindings(queue.db, queue.queries)
+    for name in ("celery", "mail", "reports"):
+        bindings.bind(name, name, name, "", "direct", False)
+    bindings.bind("celery.pidbox", "", "celery@web-1.celery.pidbox", "", "fanout", True)
+    queue.with_kind("mail").try_poll_many(4)  # a second poll: two leases of one worker
+    other = multiprocessing.get_context("fork").Process(target=poll_elsewhere,
+                                                        args=(queue.db.url,))
+    other.start()  # a forked process has a worker tag of its own
+    other.join(30)
+    goto = page.goto  # type: ignore[attr-defined]
+    shot = page.screenshot  # type: ignore[attr-defined]
+    goto(base + "/dead-letters")
+    shot(path=str(out / "web-dead-letters.png"), full_page=True)
+    page.locator("#dead-table tbody tr a").first.click()  # type: ignore[attr-defined]
+    shot(path=str(out / "web-dead-letter.png"), full_page=True)
+    goto(base + "/workers")
+    page.locator("#workers summary").first.click()  # type: ignore[attr-defined]
+    shot(path=str(out / "web-workers.png"), full_page=True)
+    retry_shot(queue, page, out)
+
+
+REDIS_URL = "redis://127.0.0.1:6379/14"
+
+
+def retry_shot(queue: DelayedQueue, page: object, out: Path) -> None:
+    """A Celery retry waiting, with the failure that caused it read from a Redis result
+    backend (``delayq web --result-backend``)."""
+    import redis
+    from celery import Celery
+
+    at = datetime.now(UTC) + timedelta(minutes=9)
+    msg = task_message("billing.charge", [{"account": 42, "invoice": "INV-0042"}], {}, eta=at,
+                       retries=2)
+    task_id = str(msg["headers"]["id"])
+    queue.with_kind("celery").offer(task_id, encode(msg), at)
+    app = Celery("screens", backend=REDIS_URL, set_as_current=False)
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    try:
+        charge({"order": 42})
+    except CardDeclined as exc:
+        import traceback
+
+        app.backend.store_result(task_id, exc, "RETRY",
+                                 traceback="".join(traceback.format_exception(exc)))
+    server = BackgroundServer(queue, WebConfig(port=0, refresh_s=0,
+                                               result_backend=REDIS_URL)).start()
+    try:
+        page.goto(f"{server.url}/tasks/{task_id}")  # type: ignore[attr-defined]
+        page.screenshot(path=str(out / "web-retry-outcome.png"),  # type: ignore[attr-defined]
+                        full_page=True)
+    finally:
+        server.stop()
+        redis.Redis.from_url(REDIS_URL).flushdb()
+        app.close()
+
+
 def main() -> None:
     drop_database(DB)
     url = create_database(DB)
@@ -79,6 +188,7 @@ def main() -> None:
                     page.screenshot(path=str(out / "web-tasks.png"))
                     page.goto(f"{server.url}/tasks/{shown}")
                     page.screenshot(path=str(out / "web-task.png"), full_page=True)
+                    outcome_shots(queue, page, server.url, out)
                     browser.close()
             finally:
                 server.stop()

@@ -115,6 +115,10 @@ WINDOW = {"kinds": KINDS, "after_at": MIN_MS, "after_id": MIN_MS, "lo": MIN_MS, 
     ("inspect_held", {"kinds": KINDS, "after_at": MIN_MS, "after_id": MIN_MS, "budget": 100,
                       "now": None}),
     ("inspect_by_key", {"key": "k77", "now": None}),
+    ("dead_letters_page", {"kinds": KINDS, "before_at": MAX_MS, "before_id": MAX_MS,
+                           "limit": 51, "now": None}),
+    ("dead_letters_count", {"kinds": KINDS, "cap": 10_000}),
+    ("leases_held", {"cap": 10_000, "now": None}),
 ])
 @pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
 def test_list_and_filter_statements_stay_on_an_index(big: tuple[str, int], statement: str,

@@ -1,0 +1,100 @@
+"""``delayq tasks dead-letters list|show|requeue|delete``: Dramatiq's dead letters, as the web
+page's dead-letters page shows them (:class:`delayq_transport.tasks.deadletters
+.DeadLetterService`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+from rich.table import Table
+
+from ..tasks import decode_cursor, encode_cursor
+from ..tasks.deadletters import DeadLetterService
+from .main import Context, console
+
+
+@contextmanager
+def _service(obj: Context, hide_args: bool = False) -> Iterator[DeadLetterService]:
+    with obj.queue() as queue:
+        yield DeadLetterService(queue, hide_args=hide_args)
+
+
+def _emit(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@click.group("dead-letters")
+def dead_letters_group() -> None:
+    """Dramatiq messages that failed for good: list, show, requeue, delete."""
+
+
+@dead_letters_group.command("list")
+@click.option("--queue", "-Q", help="Dramatiq queue name (default: every queue)")
+@click.option("--limit", "-n", type=click.IntRange(1, 500), default=50, show_default=True)
+@click.option("--cursor", help="Continue after a previous page (printed at its end)")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@click.pass_obj
+def list_cmd(obj: Context, queue: str | None, limit: int, cursor: str | None,
+             as_json: bool) -> None:
+    """Newest first, one page at a time."""
+    with _service(obj) as svc:
+        page = svc.list_page(queue, decode_cursor(cursor), limit)
+        queues = svc.queues()
+    nxt = encode_cursor(*page.next_cursor) if page.next_cursor else None
+    if as_json:
+        _emit({"queues": queues, "dead_letters": [d.as_dict() for d in page.items],
+               "next_cursor": nxt})
+        return
+    table = Table("id", "failed at", "actor", "queue", "retries", "exception")
+    for d in (x.as_dict() for x in page.items):
+        table.add_row(str(d["id"]), (d["failed_at"] or "")[:19], d["actor"] or "", d["queue"],
+                      str(d["retries"]), d["exception"] or "")
+    console.print(table)
+    counts = ", ".join(f"{q['queue']}: {q['dead_letters']}{'+' if q['capped'] else ''}"
+                       for q in queues)
+    console.print(f"dead letters per queue: {counts or 'none'}", markup=False)
+    if nxt:
+        console.print(f"more: --cursor {nxt}", markup=False)
+
+
+@dead_letters_group.command("show")
+@click.argument("ident")
+@click.option("--hide-args", is_flag=True, help="Do not show the message's arguments")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
+    """One dead letter by row id, with its traceback."""
+    with _service(obj, hide_args) as svc:
+        data = svc.find(ident).as_dict(full=True)
+    if as_json:
+        _emit(data)
+        return
+    for key in ("id", "queue", "actor", "message_id", "failed_at", "kept_until", "retries",
+                "exception", "args", "kwargs"):
+        console.print(f"{key:>11}: {data[key]}", markup=False, highlight=False)
+    console.print(data["traceback"] or "(no traceback)", markup=False, highlight=False)
+
+
+@dead_letters_group.command("requeue")
+@click.argument("ident")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def requeue_cmd(obj: Context, ident: str, as_json: bool) -> None:
+    """Back to its queue, due now, retries reset."""
+    with _service(obj) as svc:
+        result = svc.requeue(ident)
+    _emit(result) if as_json else console.print(result["detail"], markup=False)
+
+
+@dead_letters_group.command("delete")
+@click.argument("ident")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def delete_cmd(obj: Context, ident: str, as_json: bool) -> None:
+    """Delete one dead letter for good."""
+    with _service(obj) as svc:
+        result = svc.delete(ident)
+    _emit(result) if as_json else console.print(result["detail"], markup=False)

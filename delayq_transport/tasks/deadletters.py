@@ -1,0 +1,173 @@
+"""Dramatiq's dead letters: list (per queue, newest first), show, requeue, delete.
+
+The Dramatiq broker moves a message that failed for good to the kind ``dramatiq:<queue>.XQ``
+(the row itself moves; it is kept ``dead_message_ttl``, then expired). Its payload is the
+message as it failed: Dramatiq's ``Retries`` middleware keeps the retry count in
+``options["retries"]`` and the traceback of each retried failure in ``options["traceback"]``;
+the broker's nack writes the *final* failure's traceback there and its one-line summary in
+``options["delayq_exception"]`` (dramatiq/consumer.py).
+
+Requeue moves the row back to ``dramatiq:<queue>`` due now, with its retry state reset
+(``retries``, ``traceback``, ``requeue_timestamp``, ``eta`` and delayq's own option dropped):
+the message starts over with its full retry budget, as if just sent. It goes to the queue's
+priority-0 kind, which every consumer of the queue polls whatever its ``max_priority``;
+``broker_priority`` stays in its options, so a later retry returns to its level.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import partitions
+from ..core.errors import InvalidInput
+from ..core.inspect import MAX_MS, Inspector, TaskRow
+from ..core.queue import DelayedQueue
+from ..dramatiq import names
+from .decoders import HIDDEN
+from .service import TaskNotFound, iso
+
+#: Dead letters counted per queue at most (the page shows "10000+").
+COUNT_CAP = 10_000
+#: Options that describe the failed attempts: dropped by a requeue so the retries start over.
+RETRY_STATE = ("retries", "traceback", "requeue_timestamp", "eta", names.EXCEPTION_OPTION)
+
+
+def dead_letter_queue(kind: str) -> str | None:
+    """The Dramatiq queue of a dead-letter kind, None for any other kind."""
+    parsed = names.queue_of_kind(kind)
+    return parsed[0] if parsed and parsed[2] else None
+
+
+@dataclass
+class DeadLetter:
+    """One dead letter: its row and the Dramatiq message it holds."""
+
+    row: TaskRow
+    message: dict[str, Any] | None
+    hide_args: bool = False
+
+    @property
+    def queue(self) -> str:
+        return dead_letter_queue(self.row.kind) or self.row.kind
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return (self.message or {}).get("options") or {}
+
+    @property
+    def traceback(self) -> str | None:
+        tb = self.options.get("traceback")
+        return tb if isinstance(tb, str) else None
+
+    @property
+    def exception(self) -> str | None:
+        """The final exception in one line (delayq's option, else the traceback's last line)."""
+        summary = self.options.get(names.EXCEPTION_OPTION)
+        if isinstance(summary, str):
+            return summary
+        tb = (self.traceback or "").strip().splitlines()
+        return tb[-1] if tb else None
+
+    def as_dict(self, *, full: bool = False) -> dict[str, Any]:
+        m = self.message or {}
+        out: dict[str, Any] = {
+            "id": self.row.id, "queue": self.queue, "kind": self.row.kind,
+            "actor": m.get("actor_name"), "message_id": m.get("message_id"),
+            "failed_at": iso(self.row.scheduled_at_initially_ms),
+            "kept_until": iso(self.row.scheduled_at_ms),
+            "retries": self.options.get("retries", 0), "exception": self.exception,
+        }
+        if full:
+            out.update({
+                "args": HIDDEN if self.hide_args else m.get("args"),
+                "kwargs": HIDDEN if self.hide_args else m.get("kwargs"),
+                "options": {k: v for k, v in self.options.items() if k != "traceback"},
+                "traceback": self.traceback,
+                "message_timestamp": m.get("message_timestamp"),
+            })
+        return out
+
+
+@dataclass
+class DeadLetterPage:
+    items: list[DeadLetter]
+    next_cursor: tuple[int, int] | None
+
+
+def _message(payload: bytes | None) -> dict[str, Any] | None:
+    try:
+        data = json.loads(payload or b"")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class DeadLetterService:
+    """Dead letters of every Dramatiq queue stored in one table (default namespace)."""
+
+    def __init__(self, queue: DelayedQueue, *, hide_args: bool = False) -> None:
+        self.queue = queue
+        self.inspector = Inspector(queue)
+        self.hide_args = hide_args
+
+    def kinds(self, queue_name: str | None = None) -> list[str]:
+        """Dead-letter kinds present (one per Dramatiq queue that has dead letters)."""
+        if queue_name:
+            return [names.dead_letter_kind(queue_name)]
+        return [k for k in self.inspector.kinds() if dead_letter_queue(k)]
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Each queue with dead letters and their count (stops at COUNT_CAP)."""
+        counts = partitions.dead_letters_count(self.queue, self.kinds(), COUNT_CAP)
+        return [{"queue": dead_letter_queue(k), "kind": k, "dead_letters": n,
+                 "capped": n >= COUNT_CAP} for k, n in counts.items() if n]
+
+    def list_page(self, queue_name: str | None = None, cursor: tuple[int, int] | None = None,
+                  limit: int = 50) -> DeadLetterPage:
+        """Newest first; ``next_cursor`` continues after the page."""
+        rows = partitions.dead_letters_page(self.queue, self.kinds(queue_name),
+                                            cursor or (MAX_MS, MAX_MS), limit + 1)
+        items = [self._letter(TaskRow.from_row(r)) for r in rows]
+        more = len(items) > limit
+        items = items[:limit]
+        nxt = (items[-1].row.scheduled_at_ms, items[-1].row.id) if more else None
+        return DeadLetterPage(items, nxt)
+
+    def _letter(self, row: TaskRow) -> DeadLetter:
+        return DeadLetter(row, _message(row.payload), self.hide_args)
+
+    def find(self, row_id: int | str) -> DeadLetter:
+        text = str(row_id).lstrip("#")
+        if not text.isdigit():
+            raise InvalidInput(f"a dead letter is named by its row id (digits), not {row_id!r}")
+        rows = self.inspector.by_ids([int(text)])
+        if not rows or not dead_letter_queue(rows[0].kind):
+            raise TaskNotFound(f"no dead letter #{text}: it was requeued, deleted or expired")
+        return self._letter(rows[0])
+
+    def requeue(self, row_id: int | str) -> dict[str, Any]:
+        """Back to its queue, due now, retries reset (see the module docstring)."""
+        letter = self.find(row_id)
+        if letter.message is None:
+            raise InvalidInput(f"dead letter #{letter.row.id} is not a Dramatiq message")
+        message = dict(letter.message)
+        message["options"] = {k: v for k, v in letter.options.items() if k not in RETRY_STATE}
+        message["queue_name"] = letter.queue
+        payload = json.dumps(message, separators=(",", ":")).encode()
+        to_kind = names.kind_for(letter.queue)
+        at = partitions.requeue_dead_letter(self.queue, letter.row.id, letter.row.kind, to_kind,
+                                            payload)
+        if at is None:
+            raise TaskNotFound(f"dead letter #{letter.row.id} was requeued or deleted meanwhile")
+        return {"id": letter.row.id, "action": "requeue", "queue": letter.queue, "eta": iso(at),
+                "detail": f"dead letter #{letter.row.id} ({message.get('actor_name')}) "
+                          f"requeued to {letter.queue}, due now, retries reset"}
+
+    def delete(self, row_id: int | str) -> dict[str, Any]:
+        letter = self.find(row_id)
+        if not partitions.delete_dead_letters(self.queue, [letter.row.id], [letter.row.kind]):
+            raise TaskNotFound(f"dead letter #{letter.row.id} was requeued or deleted meanwhile")
+        return {"id": letter.row.id, "action": "delete", "queue": letter.queue,
+                "detail": f"dead letter #{letter.row.id} deleted"}

@@ -1,0 +1,102 @@
+"""Celery outcomes from the app's result backend: what happened to a task after its row left.
+
+delayq's table holds a task until a worker takes it; its outcome (success, failure, the
+exception and traceback, a retry's reason) is what Celery writes to the *result backend*. The
+web page reads it from there when it is told where that is (``delayq web --result-backend
+URL``, the URL of the app's ``result_backend``): nothing is recorded twice, and a worker pays
+nothing more per task than Celery itself does.
+
+Reads are bounded in time: the backend's connection and socket timeouts are short, and a
+backend that does not answer makes the page say so instead of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.errors import InvalidInput
+from .decoders import HIDDEN
+
+#: Seconds a result-backend read may take before the page gives up on it.
+BACKEND_TIMEOUT_S = 2.0
+READY_STATES = ("SUCCESS", "FAILURE", "REVOKED")
+
+
+@dataclass
+class Outcome:
+    task_id: str
+    state: str
+    result: Any
+    traceback: str | None
+    date_done: str | None
+    retries: int | None
+    name: str | None
+    error: str | None = None  # the backend could not be read
+
+    @property
+    def ready(self) -> bool:
+        return self.state in READY_STATES
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "state": self.state, "result": self.result,
+                "traceback": self.traceback, "date_done": self.date_done,
+                "retries": self.retries, "task": self.name, "ready": self.ready,
+                "error": self.error}
+
+
+def _jsonable(value: Any) -> Any:
+    """A result as JSON can show it: itself, or its repr (exceptions, custom objects)."""
+    if isinstance(value, BaseException):
+        return f"{type(value).__name__}({', '.join(repr(a) for a in value.args)})"
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
+
+
+class ResultBackend:
+    """Celery's result backend at ``url``, read through a Celery app of its own (no tasks, no
+    broker connection: only ``AsyncResult(task_id).state/result/traceback``)."""
+
+    def __init__(self, url: str, *, hide_results: bool = False) -> None:
+        try:
+            from celery import Celery
+        except ImportError as exc:  # pragma: no cover - celery is a dependency
+            raise InvalidInput("reading outcomes needs Celery installed") from exc
+        self.url = url
+        self.hide_results = hide_results
+        self.app = Celery("delayq-web-outcomes", backend=url, set_as_current=False)
+        self.app.conf.update(
+            redis_socket_timeout=BACKEND_TIMEOUT_S, redis_socket_connect_timeout=BACKEND_TIMEOUT_S,
+            redis_retry_on_timeout=False, result_backend_always_retry=False,
+        )
+        self._lock = threading.Lock()
+
+    @property
+    def shown_url(self) -> str:
+        from ..core.db import mask_password
+
+        return mask_password(self.url)
+
+    def outcome(self, task_id: str) -> Outcome:
+        """What the backend knows of ``task_id`` (state PENDING: nothing stored yet, or
+        unknown: Celery cannot tell a task not run yet from one never sent)."""
+        if not task_id or len(task_id) > 200:
+            raise InvalidInput("give a task id (1-200 characters)")
+        try:
+            with self._lock:  # one backend client, not thread-safe for every backend
+                meta = self.app.AsyncResult(task_id).backend.get_task_meta(task_id)
+        except Exception as exc:  # noqa: BLE001 - any backend error is shown, not raised
+            return Outcome(task_id, "UNKNOWN", None, None, None, None, None,
+                           error=f"result backend {self.shown_url} did not answer: {exc}")
+        result = meta.get("result")
+        hidden = self.hide_results and meta.get("status") == "SUCCESS"
+        done = meta.get("date_done")
+        return Outcome(task_id, str(meta.get("status") or "PENDING"),
+                       HIDDEN if hidden else _jsonable(result), meta.get("traceback"),
+                       None if done is None else str(done), meta.get("retries"),
+                       meta.get("name"))

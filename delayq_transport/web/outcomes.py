@@ -1,0 +1,161 @@
+"""Outcomes: Dramatiq's dead letters (list, show with traceback, requeue, delete) and Celery
+outcomes read from the app's result backend; pages and their JSON API."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ..core.errors import InvalidInput
+from ..tasks import TaskNotFound, decode_cursor, encode_cursor
+from ..tasks.deadletters import DeadLetterPage, DeadLetterService
+from ..tasks.filters import page_size
+from ..tasks.outcomes import Outcome, ResultBackend
+from .app import State, state
+from .pages import Guard, render
+
+
+def dead_letters(st: State) -> DeadLetterService:
+    extras = vars(st)  # made on first use, kept with the app's state
+    if "dead_letters" not in extras:
+        extras["dead_letters"] = DeadLetterService(st.queue, hide_args=st.config.hide_args)
+    return extras["dead_letters"]  # type: ignore[no-any-return]
+
+
+def result_backend(st: State) -> ResultBackend | None:
+    """The app's result backend when ``--result-backend`` named one (made on first use)."""
+    url = st.config.result_backend
+    if not url:
+        return None
+    extras = vars(st)
+    if "result_backend" not in extras:
+        extras["result_backend"] = ResultBackend(url, hide_results=st.config.hide_args)
+    return extras["result_backend"]  # type: ignore[no-any-return]
+
+
+async def outcome_of(request: Request, task_id: str) -> Outcome | None:
+    """The task's outcome for the task page, None without a result backend."""
+    st = state(request)
+    backend = result_backend(st)
+    return None if backend is None else await st.call(backend.outcome, task_id)
+
+
+def _page_of(request: Request) -> tuple[str | None, DeadLetterPage, int]:
+    st = state(request)
+    params = request.query_params
+    limit = page_size(params.get("limit"))
+    page = dead_letters(st).list_page(params.get("queue") or None,
+                                      decode_cursor(params.get("cursor")), limit)
+    return params.get("queue") or None, page, limit
+
+
+def _listing(request: Request) -> dict[str, Any]:
+    svc = dead_letters(state(request))
+    queue, page, limit = _page_of(request)
+    nxt = None
+    if page.next_cursor:
+        nxt = "/dead-letters?" + urlencode({**({"queue": queue} if queue else {}),
+                                            "cursor": encode_cursor(*page.next_cursor),
+                                            "limit": limit})
+    return {"queues": svc.queues(), "queue": queue, "page": page, "next_url": nxt}
+
+
+async def dead_letter_list(request: Request) -> Response:
+    data = await state(request).call(_listing, request)
+    return render(request, "dead_letters.html", page_name="dead_letters", **data)
+
+
+async def dead_letter_page(request: Request) -> Response:
+    st = state(request)
+    letter = await st.call(dead_letters(st).find, request.path_params["ident"])
+    return render(request, "dead_letter.html", page_name="dead_letters", letter=letter,
+                  d=letter.as_dict(full=True))
+
+
+def _back(result: dict[str, Any]) -> Response:
+    where = "/dead-letters?" + urlencode({"queue": result["queue"], "msg": result["detail"]})
+    return RedirectResponse(where, status_code=303)
+
+
+async def requeue(request: Request, body: dict[str, str]) -> Response:
+    st = state(request)
+    return _back(await st.call(dead_letters(st).requeue, request.path_params["ident"]))
+
+
+async def delete(request: Request, body: dict[str, str]) -> Response:
+    st = state(request)
+    return _back(await st.call(dead_letters(st).delete, request.path_params["ident"]))
+
+
+async def outcome_page(request: Request) -> Response:
+    """A task that left the queue (ran, failed, or never existed): its outcome, if a result
+    backend is configured, else where outcomes live."""
+    st = state(request)
+    task_id = request.path_params["task_id"]
+    outcome = await outcome_of(request, task_id)
+    try:
+        queued = await st.call(st.service.find, task_id)
+    except (TaskNotFound, InvalidInput):
+        queued = None
+    return render(request, "outcome.html", task_id=task_id, outcome=outcome, queued=queued)
+
+
+# -- JSON API -------------------------------------------------------------------------------
+
+
+def _api_listing(request: Request) -> dict[str, Any]:
+    svc = dead_letters(state(request))
+    _, page, _ = _page_of(request)
+    return {"queues": svc.queues(),
+            "dead_letters": [d.as_dict() for d in page.items],
+            "next_cursor": encode_cursor(*page.next_cursor) if page.next_cursor else None}
+
+
+async def api_list(request: Request) -> Response:
+    return JSONResponse(await state(request).call(_api_listing, request))
+
+
+async def api_show(request: Request) -> Response:
+    st = state(request)
+    letter = await st.call(dead_letters(st).find, request.path_params["ident"])
+    return JSONResponse(letter.as_dict(full=True))
+
+
+async def api_requeue(request: Request, body: dict[str, str]) -> Response:
+    st = state(request)
+    return JSONResponse(await st.call(dead_letters(st).requeue, request.path_params["ident"]))
+
+
+async def api_delete(request: Request, body: dict[str, str]) -> Response:
+    st = state(request)
+    return JSONResponse(await st.call(dead_letters(st).delete, request.path_params["ident"]))
+
+
+async def api_outcome(request: Request) -> Response:
+    outcome = await outcome_of(request, request.path_params["task_id"])
+    if outcome is None:
+        return JSONResponse({"error": "no result backend configured: start delayq web with "
+                                      "--result-backend URL (the app's result_backend)"},
+                            status_code=404)
+    return JSONResponse(asdict(outcome) | {"ready": outcome.ready})
+
+
+def routes(guard: Guard) -> list[Route]:
+    return [
+        Route("/dead-letters", dead_letter_list),
+        Route("/dead-letters/{ident}", dead_letter_page),
+        Route("/dead-letters/{ident}/requeue", guard(requeue), methods=["POST"]),
+        Route("/dead-letters/{ident}/delete", guard(delete), methods=["POST"]),
+        Route("/outcomes/{task_id}", outcome_page),
+        Route("/api/dead-letters", api_list),
+        Route("/api/dead-letters/{ident}", api_show),
+        Route("/api/dead-letters/{ident}", guard(api_delete), methods=["DELETE"]),
+        Route("/api/dead-letters/{ident}/requeue", guard(api_requeue), methods=["POST"]),
+        Route("/api/dead-letters/{ident}/delete", guard(api_delete), methods=["POST"]),
+        Route("/api/outcomes/{task_id}", api_outcome),
+    ]
