@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import kombu
 import psycopg
+import psycopg.sql
 import pytest
 from conftest import BASE_URL
 from kombu.asynchronous.hub import Hub
@@ -62,12 +63,17 @@ def iso(timestamp: float) -> str:
 
 def offer_task(q: DelayedQueue, name: str, *, via_trigger: bool = False) -> float:
     """Insert a due-now task row with the core API; returns the wall time just before.
-    ``via_trigger``: through ``offer_batch``, whose wake-up is the insert trigger's (``offer``
-    sends its own from the INSERT statement)."""
+    ``via_trigger``: a plain INSERT (as psql or another library writes), whose wake-up is the
+    insert trigger's (``offer`` and ``offer_batch`` announce theirs after the commit)."""
     payload = msg.encode(msg.task_message("t.wake", [name], task_id=name, queue=q.kind))
     started = time.time()
     if via_trigger:
-        q.offer_batch([(name, payload, None)])
+        insert = psycopg.sql.SQL(
+            'INSERT INTO {} ("pKey", "pKind", payload, "scheduledAt", "scheduledAtInitially", '
+            '"createdAt") VALUES (%s, %s, %s, %s, %s, %s)').format(
+                psycopg.sql.Identifier(q.table))
+        at = int(started * 1000)
+        q.db.run(lambda conn: conn.execute(insert, (name, q.kind, payload, at, at, at)))
     else:
         q.offer(name, payload)
     return started
