@@ -160,7 +160,7 @@ def _settled_stats(url: str, cycles: int) -> dict[str, Any]:
 
 def report(results: list[dict[str, Any]]) -> str:
     headers = ["fillfactor", *(f"{s} WAL B/row" for s in STEPS),
-               "lease+ack WAL B/msg", "HOT / updates", "heap MB", "indexes MB", "s"]
+               "lease+ack WAL B/msg", "HOT / updates", "heap MB", "indexes MB", "msgs/s"]
     rows = []
     for r in results:
         per = r["wal_bytes_per_row"]
@@ -170,7 +170,7 @@ def report(results: list[dict[str, Any]]) -> str:
                                               for s in STEPS),
                      f"{lease_ack:,.0f}", f"{r['hot_updates']:,} / {r['updates']:,} "
                      f"({hot:.1%})", f"{r['heap_bytes'] / 2**20:.1f}",
-                     f"{r['index_bytes'] / 2**20:.1f}", f"{r['seconds']:.0f}"])
+                     f"{r['index_bytes'] / 2**20:.1f}", f"{r['messages'] / r['seconds']:,.0f}"])
     return markdown_table(headers, rows)
 
 
