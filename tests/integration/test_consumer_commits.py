@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from dramatiq import Message
 
 from delayq_transport.core import partitions
 from delayq_transport.core.queue import DelayedQueue
@@ -29,7 +30,7 @@ STATEMENTS = {
     "dead_letter": r'^UPDATE \S+ AS t\s+SET "pKind" =',
     "ack_many": r"^DELETE FROM \S+ AS t\s+WHERE t.\"id\" = ANY",
     "ack": r'^DELETE FROM \S+ WHERE "id" = \$1 AND "lockUuid" = \$2',
-    "offer": r"^WITH ins AS",
+    "offer": r"\bINSERT INTO\b",  # whatever shape the publish statement takes
 }
 
 
@@ -75,3 +76,17 @@ def test_consumer_statements_skip_the_flush_and_durable_publishes_wait(
     shown = {p: q.db.run(lambda c: c.execute("SHOW synchronous_commit").fetchone()[0],
                          relaxed=p) for p in (True, False)}
     assert shown == {True: "off", False: "on"}
+
+
+@pytest.mark.parametrize(("durable", "pool"), [(False, "delayq-relaxed"), (True, "delayq")])
+def test_dramatiq_publish_durability_follows_durable_publish(
+        database_url: str, durable: bool, pool: str) -> None:
+    """Documented: a send commits without the flush wait unless ``durable_publish=True``
+    (the kombu transport's is tests/integration/test_transport_unit.py)."""
+    broker = DelayqBroker(database_url, durable_publish=durable)
+    try:
+        broker.declare_queue("q")
+        broker.enqueue(Message(queue_name="q", actor_name="a", args=(), kwargs={}, options={}))
+        assert _pool_of(database_url, "offer") == pool
+    finally:
+        broker.close()
