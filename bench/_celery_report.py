@@ -209,6 +209,14 @@ def goal_table(results: dict[str, Any], settings: dict[str, Any]) -> str:
     return markdown_table(["end to end", "ratio", "target", "met?"], rows, "lrll") if rows else ""
 
 
+def goal_prose(results: dict[str, Any], settings: dict[str, Any]) -> str:
+    """The same as one paragraph, for the page (which has a line budget)."""
+    rows = goal_rows(results, settings)
+    return prose("Targets, end to end, medians: " + "; ".join(
+        f"{what} {ratio} ({target}, {'met' if met == 'yes' else '**not met**'})"
+        for what, ratio, target, met in rows) + ".") if rows else ""
+
+
 SWEEP_HEADERS = ["broker", "producers", "workers", "tasks/s", "machine busy %",
                  "broker server cores", "server µs/task", "workers µs/task", "producers µs/task"]
 
@@ -321,7 +329,7 @@ in the worker's memory until due; delayq keeps them in PostgreSQL.""")
 {run_line(command, data.get("revision"), data.get("finished_at"), m, load)}{quiet}
 
 {summary_table(results, brokers, s)}
-{chr(10) + goal_table(results, s) + chr(10) if goal_rows(results, s) else ""}
+{chr(10) + goal_prose(results, s) + chr(10) if goal_rows(results, s) else ""}
 {images}
 
 {how}
