@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ import redis
 from _common import BENCH_DIR, REPO_ROOT, fresh_database, tree_rss
 
 BROKERS = ("delayq", "delayq_durable", "delayq_unlogged", "delayq_buffered", "delayq_pgbouncer",
-           "delayq_pgbouncer_listen", "redis", "amqp", "sqlalchemy")
+           "delayq_pgbouncer_listen", "redis", "amqp", "amqp_confirm", "sqlalchemy")
 #: ``delayq_durable`` is delayq with the ``durable_publish=True`` transport option: every
 #: publish waits for the WAL flush, to show what that stricter durability costs.
 #: ``delayq_unlogged`` sets ``unlogged_table=True`` (no WAL; a crash empties the table), to
@@ -43,6 +44,8 @@ BROKERS = ("delayq", "delayq_durable", "delayq_unlogged", "delayq_buffered", "de
 #: ``delayq_pgbouncer`` goes through a PgBouncer in transaction pooling started for the phase
 #: (no named prepared statements, settings per transaction, no LISTEN: polls every 0.5 s);
 #: ``delayq_pgbouncer_listen`` is the same with a direct ``listen_url`` for wake-ups.
+#: ``amqp_confirm`` is RabbitMQ with publisher confirms (``confirm_publish=True``: a publish
+#: returns once the broker has the message), the like-for-like peer of ``delayq_durable``.
 BUFFERED_LINGER_S = 0.005
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
 REDIS_BASE = "redis://127.0.0.1:6379"
@@ -80,6 +83,8 @@ class Settings:
     admin_url: str
     redis_db: int
     counter_db: int
+    #: Threads each producer process publishes from in the ``throughput_threads`` phase.
+    producer_threads: int = 1
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     logdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench_celery_")))
 
@@ -195,6 +200,32 @@ def publish(job: tuple[str, int, tuple[Any, ...], dict[str, Any]]) -> tuple[floa
     return first, time.time(), count
 
 
+def publish_threaded(job: tuple[int, tuple[str, int, tuple[Any, ...], dict[str, Any]]]
+                     ) -> tuple[float, float, int]:
+    """``publish`` from ``threads`` threads of this process at once, sharing its app and the
+    app's producer pool (each thread acquires a producer of its own, as Celery's threads pool
+    or a web server's request threads do); returns (first, last, count) over all of them."""
+    threads, (name, count, args, options) = job
+    shares = [count // threads + (i < count % threads) for i in range(threads)]
+    spans: list[tuple[float, float, int]] = []
+    errors: list[BaseException] = []
+
+    def one(share: int) -> None:
+        try:
+            spans.append(publish((name, share, args, options)))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+
+    pool = [threading.Thread(target=one, args=(s,)) for s in shares if s]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+    return min(s[0] for s in spans), max(s[1] for s in spans), sum(s[2] for s in spans)
+
+
 def publish_paced(plan: list[tuple[float, str, float]]) -> int:
     """Publish lag tasks at their planned offsets: ``(offset_s, key, countdown_s or 0)``."""
     task = _APP.tasks["bench.lag"]
@@ -227,6 +258,10 @@ class Producers:
         except BaseException:
             self.close()
             raise
+
+    def pids(self) -> list[int]:
+        """The producer processes (their CPU is the producers' share)."""
+        return [p.pid for p in self.pool._pool]  # type: ignore[attr-defined]
 
     def submit(self, fn: Callable[..., Any], jobs: list[Any]) -> list[Any]:
         """Start every job; returns the list that fills with results as they complete."""
@@ -341,6 +376,8 @@ def broker_state(name: str, phase: str, cfg: Settings, *, acks_late: bool = Fals
         finally:
             client.flushdb()
         return
+    if name == "amqp_confirm":
+        options = {**options, "confirm_publish": True}
     try:
         yield BrokerRun(name, base_env(cfg, queue, AMQP_URL, options, acks_late))
     finally:

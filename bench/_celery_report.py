@@ -14,15 +14,18 @@ from typing import Any
 
 from _common import IMG_DIR, grouped_bar_chart, markdown_table, prose, run_line, save_figure
 
-TARGETS = {"latency_p99_ms": 25.0, "rss_growth_mb": 20.0, "throughput_vs_redis": 1.0,
-           "kill_s": 10.0}
+TARGETS = {"latency_p99_ms": 25.0, "rss_growth_mb": 20.0, "kill_s": 10.0,
+           # Issue 27, end to end with the default options: delayq against RabbitMQ with
+           # 1-thread and with N-thread producers, durable_publish against publisher confirms.
+           "throughput_vs_amqp": 1.0, "threads_vs_amqp": 1.3, "durable_vs_confirm": 1.5}
 #: A 1-minute load average at start below this (2 cores) counts as a quiet machine.
 QUIET_LOAD = 1.5
 LABELS = {"delayq": "delayq", "delayq_durable": "delayq, durable_publish",
           "delayq_unlogged": "delayq, unlogged_table", "delayq_buffered": "delayq, publish_linger",
           "delayq_pgbouncer": "delayq via PgBouncer (transaction)",
           "delayq_pgbouncer_listen": "delayq via PgBouncer + listen_url",
-          "redis": "Redis", "amqp": "RabbitMQ", "sqlalchemy": "kombu SQLAlchemy"}
+          "redis": "Redis", "amqp": "RabbitMQ", "amqp_confirm": "RabbitMQ, confirm_publish",
+          "sqlalchemy": "kombu SQLAlchemy"}
 
 
 def _get(results: dict[str, Any], broker: str, phase: str, *path: str) -> Any:
@@ -51,15 +54,31 @@ def _num(fmt: str) -> Callable[[dict[str, Any], str, Any], str]:
     return lambda results, broker, value: format(value, fmt)
 
 
-def _vs_redis(results: dict[str, Any], value: Any) -> bool | None:
-    redis = _get(results, "redis", "throughput", "tasks_per_s")
-    return None if not redis else value >= TARGETS["throughput_vs_redis"] * redis
+def _vs(phase: str, target: str, ours: str = "delayq", base: str = "amqp"
+        ) -> Callable[[dict[str, Any], Any], bool | None]:
+    """The check "``ours`` ≥ TARGETS[target] × ``base``" on a phase's end-to-end rate."""
+    def check(results: dict[str, Any], value: Any) -> bool | None:
+        mine, theirs = (_get(results, b, phase, "tasks_per_s") for b in (ours, base))
+        return None if not mine or not theirs else mine >= TARGETS[target] * theirs
+    return check
 
 
-def _end_to_end(results: dict[str, Any], broker: str, value: Any) -> str:
-    rounds = [r for r in _get(results, broker, "throughput", "rounds_tasks_per_s") or [] if r]
-    spread = f" ({min(rounds):,.0f}–{max(rounds):,.0f})" if len(rounds) > 1 else ""
-    return f"{value:,.0f}{spread}"
+def _end_to_end(phase: str) -> Callable[[dict[str, Any], str, Any], str]:
+    def show(results: dict[str, Any], broker: str, value: Any) -> str:
+        rounds = [r for r in _get(results, broker, phase, "rounds_tasks_per_s") or [] if r]
+        spread = f" ({min(rounds):,.0f}–{max(rounds):,.0f})" if len(rounds) > 1 else ""
+        return f"{value:,.0f}{spread}"
+    return show
+
+
+def _cpu(results: dict[str, Any], broker: str, value: Any) -> str:
+    """producers / worker main / pool children / server (+ PostgreSQL's background)."""
+    parts = [value.get(k) for k in ("producers_us", "worker_main_us", "worker_pool_us",
+                                    "server_us")]
+    if any(p is None for p in parts):
+        return "—"
+    aux = value.get("pg_aux_us")
+    return " / ".join(f"{p:,}" for p in parts) + ("" if aux is None else f" (+{aux:,})")
 
 
 def _pair(phase: str, kind: str) -> Callable[[dict[str, Any], str, Any], str]:
@@ -85,14 +104,24 @@ def _kill(results: dict[str, Any], broker: str, value: Any) -> str:
 def metrics(settings: dict[str, Any]) -> list[Metric]:
     """The rows, labelled with the sizes of the run."""
     n, rss_n = settings.get("throughput_n", 0), settings.get("rss_n", 0)
+    threads = settings.get("producer_threads", 1)
+    cpu = "CPU µs/task: producers / worker main / pool / broker server (+ PG WAL writer etc.)"
     return [
         Metric(f"no-op end to end, {n:,} tasks, tasks/s (rounds)", ("throughput", "tasks_per_s"),
-               _end_to_end, True, "≥ 1.0× Redis", _vs_redis),
+               _end_to_end("throughput"), True,
+               f"≥ {TARGETS['throughput_vs_amqp']:.1f}× RabbitMQ",
+               _vs("throughput", "throughput_vs_amqp")),
         Metric("publish rate meanwhile, tasks/s", ("throughput", "publish_per_s"), _num(",.0f"),
                True),
         Metric("executed while publishing, tasks/s",
                ("throughput", "worker_per_s_while_publishing"), _num(",.0f"), True),
         Metric("then drained alone for, s", ("throughput", "tail_seconds"), _num(".2f")),
+        Metric(f"{cpu}, end to end", ("throughput", "cpu_us_per_task"), _cpu),
+        Metric(f"no-op end to end, producers from {threads} threads each, tasks/s (rounds)",
+               ("throughput_threads", "tasks_per_s"), _end_to_end("throughput_threads"), True,
+               f"≥ {TARGETS['threads_vs_amqp']:.1f}× RabbitMQ",
+               _vs("throughput_threads", "threads_vs_amqp")),
+        Metric(f"{cpu}, {threads} threads", ("throughput_threads", "cpu_us_per_task"), _cpu),
         Metric(f"worker alone on {n:,} queued, tasks/s", ("drain", "tasks_per_s"), _num(",.0f"),
                True),
         Metric("worker main-process CPU per task, ms", ("drain", "worker_main_cpu_ms_per_task"),
@@ -151,6 +180,41 @@ def summary_table(results: dict[str, Any], brokers: list[str],
                   settings: dict[str, Any]) -> str:
     headers, rows = summary_rows(results, brokers, settings)
     return markdown_table(headers, rows, "l" + "r" * (len(headers) - 3) + "ll")
+
+
+#: Issue 27's ratios: (ours, base, phase, target key), shown when both brokers ran the phase.
+GOALS = (("delayq", "amqp", "throughput", "throughput_vs_amqp"),
+         ("delayq", "amqp", "throughput_threads", "threads_vs_amqp"),
+         ("delayq_durable", "amqp_confirm", "throughput", "durable_vs_confirm"),
+         ("delayq_durable", "amqp_confirm", "throughput_threads", "durable_vs_confirm"))
+
+
+def goal_rows(results: dict[str, Any], settings: dict[str, Any]) -> list[list[str]]:
+    """End-to-end ratios against their targets (medians of the interleaved rounds)."""
+    rows = []
+    for ours, base, phase, target in GOALS:
+        mine, theirs = (_get(results, b, phase, "tasks_per_s") for b in (ours, base))
+        if not mine or not theirs:
+            continue
+        producers = (f"{settings.get('producer_threads', 1)} threads each"
+                     if phase == "throughput_threads" else "1 thread each")
+        ratio, want = mine / theirs, TARGETS[target]
+        rows.append([f"{LABELS[ours]} / {LABELS[base]}, producers {producers}",
+                     f"{ratio:.2f}×", f"≥ {want:.1f}×", "yes" if ratio >= want else "**no**"])
+    return rows
+
+
+def goal_table(results: dict[str, Any], settings: dict[str, Any]) -> str:
+    rows = goal_rows(results, settings)
+    return markdown_table(["end to end", "ratio", "target", "met?"], rows, "lrll") if rows else ""
+
+
+def goal_prose(results: dict[str, Any], settings: dict[str, Any]) -> str:
+    """The same as one paragraph, for the page (which has a line budget)."""
+    rows = goal_rows(results, settings)
+    return prose("Targets, end to end, medians: " + "; ".join(
+        f"{what} {ratio} ({target}, {'met' if met == 'yes' else '**not met**'})"
+        for what, ratio, target, met in rows) + ".") if rows else ""
 
 
 SWEEP_HEADERS = ["broker", "producers", "workers", "tasks/s", "machine busy %",
@@ -246,25 +310,26 @@ def section(data: dict[str, Any]) -> str:
               if isinstance(v, dict) and "error" in v]
     command = data.get("command") or (
         "python bench/bench_celery.py" + (" --quick" if s.get("quick") else ""))
+    threads = (f" (then from {s['producer_threads']} threads each, sharing the process' "
+               "producer pool, rounds alternating)" if s.get("producer_threads", 1) > 1 else "")
     how = prose(f"""
 Every broker runs `bench/celery_bench_app.py` in real `celery worker` subprocesses (`-P
 {s['pool']} -c {s['concurrency']}`, prefetch multiplier {s['prefetch_multiplier']}, default
 transport options), each task reporting to a Redis counter. End to end: {s['producers']}
-producer processes publish while the worker runs, first publish to last execution, {rounds};
-worker alone: the same tasks queued first. Latency: {s['immediate_n']} immediate tasks over
-{s['latency_window_s']:g} s and {s['countdown_n']} countdowns of 2-10 s. Kill: delayq with
-`acquire_timeout=10`, Redis with `visibility_timeout=10` and a restore sweep every 10 s (with
-Redis' defaults the task comes back about an hour later). `durable_publish` makes every
-publish wait for the WAL flush.
-Redis, RabbitMQ and kombu's SQLAlchemy transport hand countdowns to the worker, which holds
-them in memory until due (their RSS growth, and their lower lateness); delayq keeps them in
-PostgreSQL.""")
+producer processes publish{threads} while the worker runs, first publish to last execution,
+{rounds}; CPU per task of each process meanwhile (psutil; the broker server: this database's
+PostgreSQL backends, `redis-server` or `beam.smp`). Worker alone: the same tasks queued first.
+Latency: {s['immediate_n']} immediate tasks over {s['latency_window_s']:g} s and
+{s['countdown_n']} countdowns of 2-10 s. Kill: delayq with `acquire_timeout=10`, Redis with
+`visibility_timeout=10` and a restore sweep every 10 s. `durable_publish` waits for the WAL
+flush, `confirm_publish` for RabbitMQ's confirm. Redis, RabbitMQ and SQLAlchemy hold countdowns
+in the worker's memory until due; delayq keeps them in PostgreSQL.""")
     return f"""## Celery broker
 
 {run_line(command, data.get("revision"), data.get("finished_at"), m, load)}{quiet}
 
 {summary_table(results, brokers, s)}
-
+{chr(10) + goal_prose(results, s) + chr(10) if goal_rows(results, s) else ""}
 {images}
 
 {how}

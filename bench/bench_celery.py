@@ -6,7 +6,10 @@ kill phase). Phases, each run for every broker in turn before the next phase sta
 
 - ``throughput``: N no-op tasks published by a pool of producer processes while the worker
   runs; time from the first publish to the last execution (the task that brings a Redis counter
-  to N stamps the time: the same one Redis round trip per task for every broker);
+  to N stamps the time: the same one Redis round trip per task for every broker), with the CPU
+  per task of each process meanwhile (producers, worker main, pool children, broker server);
+  ``throughput_threads`` (``--producer-threads N``): the same with each producer process
+  publishing from N threads, its rounds alternating with the 1-thread phase's;
 - ``latency``: immediate tasks at a steady rate (``time.time() - sent_at`` in the task) and
   countdown tasks with countdowns spread over 2-10 s (``time.time() - eta``);
 - ``rss``: worker RSS (main process + pool children) idle, then after 100,000 one-hour
@@ -33,7 +36,6 @@ from typing import Any
 
 import click
 import psutil
-import psycopg
 from _celery import (
     BROKERS,
     CONCURRENCY,
@@ -57,12 +59,15 @@ from _celery import (
     on_sigterm,
     publish,
     publish_paced,
+    publish_threaded,
     running_worker,
     wait_count,
 )
+from _celery_cpu import CpuMeter, phase_sweep
 from _celery_report import (
     SWEEP_HEADERS,
     TARGETS,
+    goal_table,
     section,
     summary_table,
     sweep_rows,
@@ -81,27 +86,36 @@ from _common import (
     percentile,
     progress_bar,
     replace_section,
-    tree_cpu,
     write_results,
 )
 
-PHASES = ("throughput", "drain", "latency", "rss", "kill", "sweep")
+PHASES = ("throughput", "throughput_threads", "drain", "latency", "rss", "kill", "sweep")
+#: Phases run ``cfg.rounds`` times, interleaved round by round (brokers and phases alike).
+ROUNDS_PHASES = ("throughput", "throughput_threads")
 
 
-def phase_throughput(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, Any]:
+def phase_throughput(run: BrokerRun, cfg: Settings, progress: Any,
+                     threads: int = 1) -> dict[str, Any]:
+    """End to end, with the CPU per task each process used meanwhile (``cpu``). ``threads``:
+    each producer process publishes from that many threads (``throughput_threads``)."""
     n = cfg.throughput_n
     fresh = uuid.uuid4().hex[:8]  # counters of their own: this phase runs several rounds
     key = counter_key(cfg, run.name, "tp", fresh)
     warm_key = counter_key(cfg, run.name, "tp-warm", fresh)
-    with running_worker(run.env, f"tp-{run.name}", cfg), \
+    with running_worker(run.env, f"tp-{run.name}", cfg) as worker, \
             Producers(run.env, cfg.producers) as producers:
         warm_n = 200
         producers.submit(publish, [("bench.noop", warm_n, (warm_key, warm_n), {})])
         warm = progress.add_task(f"{run.name}: warm-up", total=warm_n, rate="", unit="tasks")
         wait_count(cfg, warm_key, warm_n, 120, progress, warm, count_of)
         jobs = noop_jobs(key, n)
-        ran = progress.add_task(f"{run.name}: no-op executed", total=n, rate="", unit="tasks")
-        done = producers.submit(publish, jobs)
+        ran = progress.add_task(f"{run.name}: no-op executed"
+                                + (f", {threads} threads" if threads > 1 else ""),
+                                total=n, rate="", unit="tasks")
+        meter = CpuMeter(run, cfg.admin_url, producers.pids(), worker.proc.pid)
+        meter.start()
+        done = (producers.submit(publish_threaded, [(threads, job) for job in jobs])
+                if threads > 1 else producers.submit(publish, jobs))
         # How far the worker got while the producers still ran (read within ~50 ms of the
         # last publish): on 2 shared cores the end-to-end time is mostly set by the CPU share
         # the worker gets next to the producers, then by how fast it drains the rest alone.
@@ -112,6 +126,7 @@ def phase_throughput(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, 
                 at_publish_end.append(seen)
 
         executed = wait_count(cfg, key, n, max(180.0, n / 20), progress, ran, count_of, note)
+        cpu = meter.per_task(n)
         done_at = counter_client(cfg).get(f"{key}:done")
         if producers.errors:
             raise producers.errors[0]
@@ -119,7 +134,8 @@ def phase_throughput(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, 
         return {"error": f"only {executed}/{n} tasks ran before the deadline"}
     first, last = min(d[0] for d in done), max(d[1] for d in done)
     seconds = float(done_at) - first
-    return {"tasks": n, "executions_counted": executed, "seconds": round(seconds, 3),
+    return {"tasks": n, "producer_threads": threads, "cpu_us_per_task": cpu,
+            "executions_counted": executed, "seconds": round(seconds, 3),
             "tasks_per_s": round(n / seconds, 1),
             "publish_seconds": round(last - first, 3),
             "publish_per_s": round(n / (last - first), 1),
@@ -293,99 +309,14 @@ def phase_drain(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, Any]:
             "worker_main_cpu_ms_per_task": round(cpu_s * 1000 / n, 3)}
 
 
-#: The sweep's grid: producer processes x worker processes (each worker ``-c 2``).
-SWEEP_PRODUCERS = (1, 2, 4)
-SWEEP_WORKERS = (1, 2, 4)
+def phase_throughput_threads(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, Any]:
+    """The throughput phase with producers that publish from ``--producer-threads`` threads."""
+    return phase_throughput(run, cfg, progress, threads=cfg.producer_threads)
 
 
-class ServerCpu:
-    """CPU seconds of the broker's server side: for PostgreSQL-backed brokers the backends
-    serving this phase's database (found by name in pg_stat_activity, so other users of a
-    shared server are not counted; the WAL writer and checkpointer are left out), RabbitMQ's
-    ``beam.smp``, ``redis-server``. A backend started meanwhile counts from zero."""
-
-    def __init__(self, run: BrokerRun, admin_url: str) -> None:
-        self.run, self.admin_url = run, admin_url
-        self.start = {p.pid: cpu_seconds(p) for p in self._procs()}
-
-    def _procs(self) -> list[psutil.Process]:
-        if self.run.db_url is not None:
-            dbname = self.run.db_url.rsplit("/", 1)[1]
-            with psycopg.connect(self.admin_url, autocommit=True) as conn:
-                pids = [r[0] for r in conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> "
-                    "pg_backend_pid()", (dbname,))]
-            procs = []
-            for pid in pids:
-                try:
-                    procs.append(psutil.Process(pid))
-                except psutil.NoSuchProcess:
-                    pass
-            return procs
-        name = "redis-server" if self.run.name == "redis" else "beam.smp"
-        return [p for p in psutil.process_iter(["name"]) if p.info["name"] == name]
-
-    def used(self) -> float:
-        return sum(cpu_seconds(p) - self.start.get(p.pid, 0.0) for p in self._procs())
-
-
-def _sweep_point(run: BrokerRun, cfg: Settings, progress: Any, workers: list[Worker],
-                 producers: int, n: int) -> dict[str, Any]:
-    key = counter_key(cfg, run.name, "sweep", uuid.uuid4().hex[:8])
-    jobs = noop_jobs(key, n)
-    with Producers(run.env, producers) as pool:
-        producer_pids = [p.pid for p in pool.pool._pool]  # type: ignore[attr-defined]
-        worker_pids = [w.proc.pid for w in workers]
-        server = ServerCpu(run, cfg.admin_url)
-        cpu0 = (tree_cpu(worker_pids), tree_cpu(producer_pids))
-        psutil.cpu_percent()
-        done = pool.submit(publish, jobs)
-        ran = progress.add_task(f"{run.name}: {producers}P x {len(workers)}W", total=n,
-                                rate="", unit="tasks")
-        executed = wait_count(cfg, key, n, max(180.0, n / 20), progress, ran, count_of)
-        busy = psutil.cpu_percent()
-        done_at = counter_client(cfg).get(f"{key}:done")
-        server_s = server.used()
-        worker_s = tree_cpu(worker_pids) - cpu0[0]
-        producer_s = tree_cpu(producer_pids) - cpu0[1]
-        if pool.errors:
-            raise pool.errors[0]
-    if executed < n or done_at is None or not done:
-        return {"producers": producers, "workers": len(workers),
-                "error": f"only {executed}/{n} tasks ran"}
-    seconds = float(done_at) - min(d[0] for d in done)
-    return {"producers": producers, "workers": len(workers), "tasks_per_s": round(n / seconds, 1),
-            "machine_busy_pct": busy,
-            "server_cores": round(server_s / seconds, 2),
-            "server_cpu_us_per_task": round(server_s * 1e6 / n),
-            "workers_cpu_us_per_task": round(worker_s * 1e6 / n),
-            "producers_cpu_us_per_task": round(producer_s * 1e6 / n)}
-
-
-def phase_sweep(run: BrokerRun, cfg: Settings, progress: Any) -> dict[str, Any]:
-    """Producer processes x worker processes, end to end, with the CPU each side used. On a
-    machine with few cores everything competes for them; what scales is read from the CPU per
-    task of each side (the broker server's above all), not from the rates alone."""
-    n = cfg.throughput_n // 2
-    points = []
-    for count in SWEEP_WORKERS:
-        workers: list[Worker] = []
-        try:
-            for i in range(count):
-                workers.append(Worker(run.env, f"sw{count}-{i}-{run.name}", cfg.logdir))
-            for worker in workers:
-                worker.wait_ready()
-            for producers in SWEEP_PRODUCERS:
-                checkpoint(cfg.admin_url)
-                points.append(_sweep_point(run, cfg, progress, workers, producers, n))
-        finally:
-            for worker in workers:
-                worker.kill()
-    return {"tasks": n, "points": points}
-
-
-PHASE_FUNCS = {"throughput": phase_throughput, "latency": phase_latency, "rss": phase_rss,
-               "kill": phase_kill, "drain": phase_drain, "sweep": phase_sweep}
+PHASE_FUNCS = {"throughput": phase_throughput, "throughput_threads": phase_throughput_threads,
+               "latency": phase_latency, "rss": phase_rss, "kill": phase_kill,
+               "drain": phase_drain, "sweep": phase_sweep}
 
 
 def run_all(cfg: Settings, brokers: list[str], phases: list[str]) -> dict[str, Any]:
@@ -393,8 +324,7 @@ def run_all(cfg: Settings, brokers: list[str], phases: list[str]) -> dict[str, A
     a slow minute of a shared machine does not land on one broker only (median reported).
     Every phase starts after a CHECKPOINT, so none pays for the previous one's writes."""
     results: dict[str, dict[str, Any]] = {b: {} for b in brokers}
-    plan = [(phase, rnd) for phase in phases
-            for rnd in range(cfg.rounds if phase == "throughput" else 1)]
+    plan = _plan(phases, cfg.rounds)
     with progress_bar() as progress:
         overall = progress.add_task("phases", total=len(brokers) * len(plan), rate="",
                                     unit="runs")
@@ -416,6 +346,19 @@ def run_all(cfg: Settings, brokers: list[str], phases: list[str]) -> dict[str, A
     return results
 
 
+def _plan(phases: list[str], rounds: int) -> list[tuple[str, int]]:
+    """(phase, round) in run order: the repeated phases round by round where the first of them
+    stands (1 thread and N threads alternate, as the brokers do), the others once."""
+    repeated = [p for p in phases if p in ROUNDS_PHASES]
+    plan: list[tuple[str, int]] = []
+    for phase in phases:
+        if phase not in ROUNDS_PHASES:
+            plan.append((phase, 0))
+        elif phase == repeated[0]:
+            plan += [(p, rnd) for rnd in range(rounds) for p in repeated]
+    return plan
+
+
 def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """The round with the median throughput (the only phase with several), all rates kept."""
     if len(rounds) == 1:
@@ -428,15 +371,19 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 @click.command()
 @click.option("--quick", is_flag=True, help="Small sizes for a smoke run.")
-@click.option("--only", default=",".join(p for p in PHASES if p != "sweep"), show_default=True,
+@click.option("--only", default=",".join(p for p in PHASES
+                                         if p not in ("sweep", "throughput_threads")),
+              show_default=True,
               help="Comma-separated phases: throughput,drain,latency,rss,kill, and sweep "
-                   "(1/2/4 producers x 1/2/4 workers; not run by default).")
+                   "(1/2/4 producers x 1/2/4 workers; not run by default); throughput_threads "
+                   "comes with throughput when --producer-threads is above 1.")
 @click.option("--brokers", "brokers_opt", show_default=True,
               default=",".join(b for b in BROKERS
                                if b not in ("delayq_unlogged", "delayq_buffered")
                                and not b.startswith("delayq_pgbouncer")),
               help="Comma-separated brokers: delayq,redis,amqp,sqlalchemy (and "
-                   "delayq_durable: delayq with durable_publish=True; delayq_unlogged: with "
+                   "delayq_durable: delayq with durable_publish=True, beside amqp_confirm: "
+                   "RabbitMQ with publisher confirms; delayq_unlogged: with "
                    "unlogged_table=True; delayq_buffered: with publish_linger=0.005; "
                    "delayq_pgbouncer: through PgBouncer in transaction pooling, started for "
                    "each phase; delayq_pgbouncer_listen: the same with a direct listen_url).")
@@ -445,6 +392,9 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 @click.option("--redis-db", default=11, show_default=True, help="Redis db used as the broker.")
 @click.option("--counter-db", default=12, show_default=True, help="Redis db for the counters.")
 @click.option("--producers", default=2, show_default=True, help="Producer processes.")
+@click.option("--producer-threads", default=1, show_default=True,
+              help="Above 1: the throughput_threads phase runs beside throughput (rounds "
+                   "interleaved), each producer process publishing from this many threads.")
 @click.option("--producer-nice", default=0, show_default=True,
               help="Niceness of the producer processes (every broker alike): a diagnostic of "
                    "how much the end-to-end figure depends on the CPU share producers take "
@@ -452,7 +402,8 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 @click.option("--no-write", is_flag=True,
               help="Only print the table: no results file, plots or docs (smoke runs).")
 def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int,
-         counter_db: int, producers: int, producer_nice: int, no_write: bool) -> None:
+         counter_db: int, producers: int, producer_threads: int, producer_nice: int,
+         no_write: bool) -> None:
     """Benchmark Celery on delayq, Redis, RabbitMQ and kombu's SQLAlchemy transport."""
     if producer_nice:
         if not no_write:
@@ -460,6 +411,11 @@ def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int
                                      param_hint="--producer-nice")
         os.environ["BENCH_PRODUCER_NICE"] = str(producer_nice)
     phases = _choices(only, PHASES, "--only")
+    if producer_threads > 1 and "throughput" in phases and "throughput_threads" not in phases:
+        phases.insert(phases.index("throughput") + 1, "throughput_threads")
+    if "throughput_threads" in phases and producer_threads < 2:
+        raise click.BadParameter("throughput_threads needs --producer-threads 2 or more",
+                                 param_hint="--only")
     brokers = _choices(brokers_opt, BROKERS, "--brokers")
     if redis_db == counter_db:
         raise click.BadParameter("must differ from --counter-db", param_hint="--redis-db")
@@ -467,7 +423,7 @@ def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int
     # Ctrl-C must reach us even when started from a shell that ignores SIGINT in the background.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     cfg = Settings.build(quick, producers=producers, admin_url=admin_url, redis_db=redis_db,
-                         counter_db=counter_db)
+                         counter_db=counter_db, producer_threads=producer_threads)
     info = machine_info(admin_url)
     console.print(f"run {cfg.run_id}: worker logs in {cfg.logdir}")
     try:
@@ -477,6 +433,7 @@ def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int
         cleanup_counters(cfg)
     info["load_average_at_end"] = list(os.getloadavg())
     console.print(summary_table(results, brokers, vars(cfg)))
+    console.print(goal_table(results, vars(cfg)))
     if "sweep" in phases:
         console.print(markdown_table(SWEEP_HEADERS, sweep_rows(results, brokers)))
     if no_write:

@@ -67,6 +67,8 @@ VARIANTS = ("delayq_buffered",)
 LABELS = {"delayq": "delayq", "delayq_buffered": "delayq, publish_linger=0.005 (opt-in)",
           "pg": "dramatiq-postgres", "redis": "Redis", "rabbitmq": "RabbitMQ"}
 DAY_MS = 86_400_000
+#: Issue 27: delayq end to end against Redis's, both with the default options.
+REDIS_TARGET = 1.1
 #: Producer send rate (msgs/s, both producers) of each end-to-end round, per broker.
 SEND_RATES: dict[str, list[float]] = {}
 
@@ -289,10 +291,14 @@ def accepts_30_days(setup: Setup) -> str:
 @click.option("--counter-db", default=COUNTER_DB, show_default=True)
 @click.option("--write/--no-write", default=True,
               help="--no-write: only print; no results file, chart or docs section")
+@click.option("--quick", is_flag=True,
+              help="A smoke run: 1,000 messages, 1 round, 5,000 waiting, 20 sampled.")
 def main(database_url: str, messages: int, rounds: int, waiting: int, sample: int,
          brokers: str, phases: str, delay_brokers: str, redis_db: int, counter_db: int,
-         write: bool) -> None:
+         write: bool, quick: bool) -> None:
     global REDIS_BROKER_DB, COUNTER_DB
+    if quick:
+        messages, rounds, waiting, sample = 1000, 1, 5000, 20
     REDIS_BROKER_DB, COUNTER_DB = redis_db, counter_db
     kinds = [b for b in brokers.split(",") if b]
     run = {p for p in phases.split(",") if p}
@@ -393,9 +399,12 @@ def section(data: dict[str, Any]) -> str:
         rows, "lrrrrrrrrrl")
     d = delayed["delayq"]
     fastest = max(peers, key=lambda k: med[k]) if peers else "delayq"
+    # Issue 27: 1.1x Redis end to end (the fastest other broker when Redis did not run).
+    base, factor = ("redis", REDIS_TARGET) if "redis" in med else (fastest, 1.0)
     checks = [
-        ("end to end ≥ 1.0× the fastest other broker",
-         f"{med['delayq'] / med[fastest]:.2f}× {LABELS[fastest]}", med["delayq"] >= med[fastest]),
+        (f"end to end ≥ {factor:.1f}× {LABELS[base]}",
+         f"{med['delayq'] / med[base]:.2f}× {LABELS[base]}",
+         med["delayq"] >= factor * med[base]),
         ("2-second message lateness p99 ≤ 25 ms, never early",
          f"p99 {d.get('late_p99_ms', float('nan')):.1f} ms, min {d.get('late_min_ms', 0):.1f} ms",
          d.get("ran") == d["sample"] and d.get("late_p99_ms", 1e9) <= 25

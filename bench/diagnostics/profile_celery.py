@@ -228,7 +228,8 @@ HOOKS = Path(__file__).resolve().parent / "_profile_hooks"
 
 
 def profile_e2e(broker: str, cfg: cel.Settings, n: int, pyspy: bool = False) -> dict[str, Any]:
-    """Producers and worker together, as in ``bench_celery.py``'s throughput phase."""
+    """Producers and worker together, as in ``bench_celery.py``'s throughput phase (its
+    ``throughput_threads`` phase with ``cfg.producer_threads`` above 1)."""
     key = cel.counter_key(cfg, broker, "e2e", uuid.uuid4().hex[:8])
     warm_key = key + ":warm"
     jobs = cel.noop_jobs(key, n)
@@ -254,7 +255,11 @@ def profile_e2e(broker: str, cfg: cel.Settings, n: int, pyspy: bool = False) -> 
             machine0 = _machine_busy()
             spies = _start_spies({"worker": main, "producer": kids_p[0]}, 120, cfg.logdir,
                                  broker) if pyspy else {}
-            producers.submit(cel.publish, jobs)
+            threads = cfg.producer_threads
+            if threads > 1:
+                producers.submit(cel.publish_threaded, [(threads, job) for job in jobs])
+            else:
+                producers.submit(cel.publish, jobs)
             while cel.count_of(client, key) < n and time.time() - t0 < 300:
                 time.sleep(0.02)
             seconds = time.time() - t0
@@ -291,13 +296,16 @@ def profile_e2e(broker: str, cfg: cel.Settings, n: int, pyspy: bool = False) -> 
 @click.option("--output", default="", help="Write the JSON results here.")
 @click.option("--e2e", is_flag=True, help="Producers and worker together (throughput phase).")
 @click.option("--producers", default=2, show_default=True, help="Producer processes (--e2e).")
+@click.option("--producer-threads", default=1, show_default=True,
+              help="Threads each producer process publishes from (--e2e).")
 @click.option("--redis-db", default=11, show_default=True)
 @click.option("--counter-db", default=12, show_default=True)
 def main(brokers: str, tasks: int, admin_url: str, pyspy: bool, output: str, e2e: bool,
-         producers: int, redis_db: int, counter_db: int) -> None:
+         producers: int, producer_threads: int, redis_db: int, counter_db: int) -> None:
     """Profile one producer and one worker per broker: CPU, statements, WAL per task."""
     cfg = cel.Settings.build(False, producers=producers if e2e else 1, admin_url=admin_url,
-                            redis_db=redis_db, counter_db=counter_db)
+                            redis_db=redis_db, counter_db=counter_db,
+                            producer_threads=producer_threads)
     results: dict[str, Any] = {"load_average_at_start": list(os.getloadavg())}
     try:
         for broker in brokers.split(","):

@@ -127,9 +127,10 @@ def check_health(db: Database, table: str, *, min_age_s: float = MIN_BLOCKER_AGE
     if t is None:
         health = Health(blockers, None, None, None, None, [])
     else:
-        (table_bytes, _total, live, dead, _mod, since_vac, since_an, row_width, block) = t
+        (table_bytes, _total, live, dead, _mod, since_vac, since_an, row_width, block,
+         fillfactor) = t
         relations = [Relation(table, "table", table_bytes,
-                              _table_bloat(table_bytes, live, row_width, block))]
+                              _table_bloat(table_bytes, live, row_width, block, fillfactor))]
         relations += [Relation(name, "index", size, _index_bloat(size, live, width, block))
                       for name, size, _scans, width in index_rows]
         health = Health(blockers, live, dead, since_vac, since_an, relations)
@@ -137,10 +138,14 @@ def check_health(db: Database, table: str, *, min_age_s: float = MIN_BLOCKER_AGE
     return health
 
 
-def _table_bloat(size: int, live: int | None, width: int | None, block: int) -> float | None:
+def _table_bloat(size: int, live: int | None, width: int | None, block: int,
+                 fillfactor: int = 100) -> float | None:
+    """Share of the heap beyond what the live rows need, inserts filling pages to
+    ``fillfactor`` % (the free rest is room for leases, not bloat)."""
     if not size or live is None or width is None:
         return None
-    expected = math.ceil(live * (width + HEAP_TUPLE_OVERHEAD) / block) * block
+    usable = block * fillfactor / 100
+    expected = math.ceil(live * (width + HEAP_TUPLE_OVERHEAD) / usable) * block
     return max(0.0, 1.0 - expected / size)
 
 

@@ -137,6 +137,10 @@ def _queue_autovacuum(conn: psycopg.Connection[Any], q: Queries) -> None:
     conn.execute(q["queue_autovacuum"])
 
 
+def _queue_fillfactor(conn: psycopg.Connection[Any], q: Queries) -> None:
+    conn.execute(q["queue_fillfactor"])
+
+
 def _create_runs_table(conn: psycopg.Connection[Any], q: Queries) -> None:
     for statement in ddl(runs_table(q.table)):
         conn.execute(statement)
@@ -150,6 +154,8 @@ MIGRATIONS: list[Migration] = [
     Migration(4, "per-table autovacuum settings for a churning queue", _queue_autovacuum),
     Migration(5, "insert trigger skips publishes that sent their own NOTIFY",
               _skip_notify_of_self_notifying_inserts),
+    Migration(6, "fillfactor 50: a lease's new row version stays on its page (less WAL)",
+              _queue_fillfactor),
     Migration(10, "delayq_beat: DB-backed entries and installed-entry ledger",
               create_periodic_tables),
     Migration(11, "run ledger: applied parts of Spark runs and stream micro-batches",

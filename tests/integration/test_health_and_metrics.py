@@ -167,3 +167,14 @@ def test_dead_tuple_and_bloat_thresholds() -> None:
     assert subjects == ["dead tuples", "bloat q"]
     many_live = h.Health([], 10 * h.DEAD_TUPLES_WARN, h.DEAD_TUPLES_WARN + 1, None, 1.0, [])
     assert h.assess(many_live) == [], "dead tuples below the ratio of live rows are normal"
+
+
+def test_pages_left_half_free_by_the_fillfactor_are_not_bloat(queue: DelayedQueue,
+                                                               database_url: str) -> None:
+    """Migration 6 fills pages to half on purpose: a table of live rows only is not bloated."""
+    queue.offer_batch([(f"k{i}", b"x" * 1000, None) for i in range(600)])
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("ANALYZE delayed_queue")
+    health = h.check_health(queue.db, "delayed_queue")
+    [table] = [r for r in health.relations if r.kind == "table"]
+    assert table.bloat_ratio is not None and table.bloat_ratio < 0.25, table

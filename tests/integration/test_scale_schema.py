@@ -1,5 +1,6 @@
-"""Migration 4 (per-table autovacuum settings) upgrades a live queue: rows waiting and in flight,
-a pg_dump-like snapshot and an uncommitted insert open while `delayq migrate` runs."""
+"""The queue table's per-table settings upgrade a live queue: rows waiting and in flight, a
+pg_dump-like snapshot and an uncommitted insert open while `delayq migrate` runs. Migration 4:
+autovacuum settings; migration 6: fillfactor (issue 27)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from datetime import timedelta
 
 import psycopg
+import pytest
 from _workers import WAIT_S
 
 from delayq_transport import DelayedQueue
@@ -17,6 +19,7 @@ AUTOVACUUM = {
     "autovacuum_vacuum_insert_scale_factor=0.01", "autovacuum_vacuum_insert_threshold=1000",
     "autovacuum_analyze_scale_factor=0.01", "autovacuum_analyze_threshold=1000",
 }
+FILLFACTOR = {"fillfactor=50"}
 
 
 def reloptions(url: str) -> set[str]:
@@ -26,13 +29,15 @@ def reloptions(url: str) -> set[str]:
     return set(row[0] or []) if row else set()
 
 
-def test_migration_4_upgrades_a_live_table(database_url: str) -> None:
-    assert AUTOVACUUM <= reloptions(database_url), "fresh schemas get the settings"
-    with psycopg.connect(database_url, autocommit=True) as conn:  # back to a version-3 table
+@pytest.mark.parametrize(("version", "options"), [(4, AUTOVACUUM), (6, FILLFACTOR)])
+def test_a_table_setting_migration_upgrades_a_live_table(
+        database_url: str, version: int, options: set[str]) -> None:
+    assert options <= reloptions(database_url), "fresh schemas get the settings"
+    with psycopg.connect(database_url, autocommit=True) as conn:  # back to before the migration
         conn.execute("ALTER TABLE delayed_queue RESET (" + ", ".join(
-            o.split("=")[0] for o in AUTOVACUUM) + ")")
-        conn.execute("DELETE FROM delayq_migrations WHERE version = 4")
-    assert not reloptions(database_url) & AUTOVACUUM
+            o.split("=")[0] for o in options) + ")")
+        conn.execute("DELETE FROM delayq_migrations WHERE version = %s", (version,))
+    assert not reloptions(database_url) & options
     with DelayedQueue(database_url, kind="test", ensure_schema=False) as q:
         now = q.now()
         for i in range(10):
@@ -55,8 +60,27 @@ def test_migration_4_upgrades_a_live_table(database_url: str) -> None:
         finally:
             dump.close()
             writer.close()
-        assert AUTOVACUUM <= reloptions(database_url)
+        assert options <= reloptions(database_url)
         assert q.ack_many(held) == 3, "in-flight deliveries still ack by their lock"
         keys = {e.key for e in q.try_poll_many(100)}
         assert keys == {f"due{i}" for i in range(7)} | {"w"}
         assert q.count_waiting() == 10
+
+
+def _pages(url: str) -> dict[str, int]:
+    """Each row's heap page, by key."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("""SELECT "pKey", (ctid::text::point)[0]::int FROM delayed_queue"""
+                            ).fetchall()
+    return dict(rows)
+
+
+def test_a_lease_keeps_its_row_on_its_page(queue: DelayedQueue, database_url: str) -> None:
+    """What migration 6 is for: with pages filled to half, the lease's new version of a
+    Celery-sized row fits on the row's own page (logged as the changed bytes only)."""
+    for i in range(12):
+        queue.offer(f"k{i}", b"x" * 1200)
+    before = _pages(database_url)
+    assert len(set(before.values())) > 1, "the rows span several pages"
+    assert len(queue.try_poll_many(12)) == 12
+    assert _pages(database_url) == before
