@@ -30,7 +30,9 @@ STATEMENTS = {
     "dead_letter": r'^UPDATE \S+ AS t\s+SET "pKind" =',
     "ack_many": r"^DELETE FROM \S+ AS t\s+WHERE t.\"id\" = ANY",
     "ack": r'^DELETE FROM \S+ WHERE "id" = \$1 AND "lockUuid" = \$2',
-    "offer": r"\bINSERT INTO\b",  # whatever shape the publish statement takes
+    # whatever shape the publish statement takes, or the wake-up sent after its commit on the
+    # same connection (core/announce.py)
+    "offer": r"\bINSERT INTO\b|^SELECT set_config\('synchronous_commit', 'off', true\), pg_notify",
 }
 
 
