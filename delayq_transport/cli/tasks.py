@@ -16,6 +16,7 @@ from rich.table import Table
 from ..tasks import (
     TaskFilter,
     TaskService,
+    bulk,
     decode_cursor,
     encode_cursor,
     parse_duration,
@@ -143,16 +144,15 @@ def cancel_cmd(obj: Context, ident: str | None, yes: bool, as_json: bool, **kw: 
             return
         if not given:
             raise click.UsageError("give a task id, or filters selecting what to cancel")
-        ids = [v.row.id for v in svc.iter_matching(f) if not v.row.held]
+        ids = bulk.target_ids(svc, f)
         if not ids:
-            _done(as_json, {"matched": 0, "cancelled": 0}, "no waiting task matches")
+            _done(as_json, {"matched": 0, "cancelled": 0}, "no task matches")
             return
-        if not yes and not click.confirm(f"cancel {len(ids)} waiting task(s)?"):
+        if not yes and not click.confirm(f"cancel {len(ids)} matching task(s)? (in flight "
+                                         "ones are left alone)"):
             raise click.Abort()
-        done, held = svc.cancel_many(ids)
-    _done(as_json, {"matched": len(ids), "cancelled": done, "in_flight": held},
-          f"cancelled {done} task(s)" + (f"; {held} were taken by a worker meanwhile"
-                                         if held else ""))
+        outcome = bulk.apply(svc, "cancel", ids)
+    _done(as_json, {**outcome.as_dict(), "cancelled": outcome.done}, outcome.detail)
 
 
 @tasks_group.command("reschedule")

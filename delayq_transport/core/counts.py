@@ -67,6 +67,19 @@ def capped_status(queue: DelayedQueue, cap: int = COUNT_CAP) -> list[KindStatus]
     return [_kind_status(r, flying.get(r[0], 0), cap, shares, total) for r in sorted(rows)]
 
 
+def kind_row_estimates(queue: DelayedQueue, kinds: Sequence[str]) -> dict[str, int]:
+    """Estimated live rows of each kind from the statistics alone (nothing reads the table):
+    what a capped count is shown as, marked as an estimate. Empty when nothing is known."""
+    kinds = list(kinds)
+    if not kinds:
+        return {}
+    estimates = queue.db.fetchone(queue.queries["status_estimates"])
+    total = _live_rows_estimate(estimates)
+    if total is None:
+        return {}
+    return {k: round(total * share) for k, share in _kind_shares(estimates, kinds).items()}
+
+
 def _kind_status(row: tuple[Any, ...], in_flight: int, cap: int,
                  shares: dict[str, float], total: float | None) -> KindStatus:
     kind, due, due_redelivered, lag, scheduled, sched_redelivered, next_at = row
