@@ -13,6 +13,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ..core import search
 from ..tasks import (
     TaskFilter,
     TaskService,
@@ -182,6 +183,23 @@ def run_now_cmd(obj: Context, ident: str, as_json: bool) -> None:
         result = svc.run_now(ident)
     _done(as_json, vars(result), result.detail)
 
+
+@tasks_group.command("search-index")
+@click.argument("action", type=click.Choice(["create", "drop", "status"]))
+@click.pass_obj
+def search_index_cmd(obj: Context, action: str) -> None:
+    """Opt-in trigram index that makes argument search answer at once on big tables.
+
+    Publishing pays for its entries (see docs/web.md); without it a search scans in slices.
+    ``create`` builds it CONCURRENTLY (publishing goes on) and needs the pg_trgm extension.
+    """
+    with obj.queue() as queue:
+        if action == "create":
+            search.create_index(queue)
+        elif action == "drop":
+            search.drop_index(queue)
+        ready = search.index_ready(queue)
+    console.print(f"search index on {obj.table}: {'present' if ready else 'absent'}")
 
 
 register(tasks_group)
