@@ -1067,6 +1067,11 @@ DROP FUNCTION IF EXISTS {search_fn}(bytea)
 -- Whether the opt-in index exists and is usable (a failed CONCURRENTLY build leaves it invalid).
 SELECT i.indisvalid FROM pg_index AS i WHERE i.indexrelid = to_regclass({search_index_literal})
 
+-- search_time_limit --
+-- The index search's own statement_timeout (this transaction only): a text in most rows is
+-- found faster by the scan.
+SELECT set_config('statement_timeout', %(limit_ms)s, true)
+
 -- search_indexed --
 -- Rows whose searchable text contains `pattern` (ILIKE, answered by the trigram index), after
 -- the keyset cursor, in (scheduledAt, id) order. A superset: the caller checks each row

@@ -22,6 +22,10 @@ import base64
 import binascii
 import re
 from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
 
 from .inspect import TaskRow
 from .queue import DelayedQueue
@@ -33,6 +37,8 @@ PLAIN_RE = re.compile(rb"[A-Za-z0-9_.@-]+")
 #: Trigram indexes need three characters to narrow anything.
 MIN_PIECE = 3
 _BODY = b'"body": "'
+#: An index search slower than this gives way to the scan (see :func:`indexed_window`).
+INDEX_TIME_LIMIT_MS = 1500
 
 
 def plain_piece(text: str) -> bytes | None:
@@ -92,11 +98,25 @@ def like_pattern(piece: bytes) -> str:
 
 
 def indexed_window(queue: DelayedQueue, kinds: Sequence[str], *, piece: bytes,
-                   after: tuple[int, int], lo: int, hi: int, budget: int) -> list[TaskRow]:
+                   after: tuple[int, int], lo: int, hi: int, budget: int) -> list[TaskRow] | None:
     """The next ``budget`` rows after ``after`` whose searchable text holds ``piece``, from
-    the trigram index, in (scheduledAt, id) order, payloads included."""
+    the trigram index, in (scheduledAt, id) order, payloads included.
+
+    None when the index would take longer than :data:`INDEX_TIME_LIMIT_MS`: a text found in
+    most rows makes the index read (and recheck) all of them before it can sort, where a scan
+    in ETA order finds such a text at once."""
+    q = queue.queries
     params = {"kinds": [validate_kind(k) for k in kinds], "after_at": int(after[0]),
               "after_id": int(after[1]), "lo": int(lo), "hi": int(hi), "budget": int(budget),
               "pattern": like_pattern(piece), "now": queue._now_ms()}
-    return [TaskRow.from_row(r) for r in queue.db.fetchall(queue.queries["search_indexed"],
-                                                           params)]
+
+    def work(conn: psycopg.Connection[Any]) -> list[Any] | None:
+        try:
+            with conn.transaction():
+                conn.execute(q["search_time_limit"], {"limit_ms": str(INDEX_TIME_LIMIT_MS)})
+                return conn.execute(q["search_indexed"], params).fetchall()
+        except pg_errors.QueryCanceled:
+            return None
+
+    rows = queue.db.run(work)
+    return None if rows is None else [TaskRow.from_row(r) for r in rows]

@@ -207,7 +207,12 @@ class TaskService:
         deadline = time.monotonic() + budget_s
         while (scanned == 0 or time.monotonic() < deadline) and \
                 (row_cap is None or scanned < row_cap):
-            rows = self._chunk(f, kinds, after, lo, hi, piece if indexed else None)
+            hits = None
+            if indexed and piece is not None:
+                hits = search.indexed_window(self.queue, kinds, piece=piece, after=after, lo=lo,
+                                             hi=hi, budget=SCAN_CHUNK)
+                indexed = hits is not None  # None: too common a text, the scan finds it
+            rows = self._chunk(f, kinds, after, lo, hi) if hits is None else hits
             for row in rows:
                 scanned += 1
                 after = _pos(row)
@@ -222,18 +227,14 @@ class TaskService:
         return TaskPage(self._with_payloads(found), after, scanned, True, indexed)
 
     def _chunk(self, f: TaskFilter, kinds: list[str], after: tuple[int, int], lo: int,
-               hi: int, piece: bytes | None = None) -> list[TaskRow]:
+               hi: int) -> list[TaskRow]:
         """The next rows to examine: in-flight rows come from the lockUuid index (held rows are
-        few), text matches from the opt-in trigram index when there is one (``piece``),
-        everything else from the keyset window."""
+        few), everything else from the keyset window."""
         if f.state == "in_flight":
             rows = self.inspector.held(kinds, after=after, budget=SCAN_CHUNK)
             if f.needs_payload:
                 rows = self.inspector.by_ids([r.id for r in rows])
             return rows
-        if piece is not None:
-            return search.indexed_window(self.queue, kinds, piece=piece, after=after, lo=lo,
-                                         hi=hi, budget=SCAN_CHUNK)
         return self.inspector.window(kinds, after=after, lo=lo, hi=hi, budget=SCAN_CHUNK,
                                      with_payload=f.needs_payload)
 

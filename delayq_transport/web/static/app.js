@@ -45,10 +45,11 @@
     });
     var lastDay = null;
     root.querySelectorAll("text.tick[data-at]").forEach(function (el) {
+      // Hours, and the date where the day changes (not on the first tick: no room).
       var d = new Date(el.getAttribute("data-at"));
       if (isNaN(d.getTime())) return;
       var full = absolute(d, utc), day = full.slice(0, 10);
-      el.textContent = day === lastDay ? full.slice(11, 16) : full.slice(5, 16);
+      el.textContent = lastDay === null || day === lastDay ? full.slice(11, 16) : full.slice(5, 16);
       lastDay = day;
     });
     root.querySelectorAll(".tz-name").forEach(function (el) { el.textContent = zoneName(); });
