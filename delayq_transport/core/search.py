@@ -37,8 +37,8 @@ PLAIN_RE = re.compile(rb"[A-Za-z0-9_.@-]+")
 #: Trigram indexes need three characters to narrow anything.
 MIN_PIECE = 3
 _BODY = b'"body": "'
-#: An index search slower than this gives way to the scan (see :func:`indexed_window`).
-INDEX_TIME_LIMIT_MS = 1500
+#: An index search slower than this (ms) gives way to the scan (see :func:`indexed_window`).
+INDEX_TIME_LIMIT_MS = 500
 
 
 def plain_piece(text: str) -> bytes | None:
