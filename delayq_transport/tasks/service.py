@@ -22,9 +22,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..core import search
-from ..core.counts import kind_row_estimates
+from ..core.counts import kind_row_estimates, past_the_cap
 from ..core.errors import DelayqError, InvalidInput
-from ..core.inspect import MAX_MS, MIN_MS, Inspector, KindOverview, TableStats, TaskRow
+from ..core.inspect import MAX_MS, MIN_MS, Inspector, TaskRow
 from ..core.queue import DelayedQueue
 from ..core.timeutil import from_ms, to_ms
 from ..transport.message import kinds_for, queue_of_kind
@@ -344,7 +344,7 @@ class TaskService:
                                          "scheduled_estimated": False, "oldest_due_lag_ms": None,
                                          "next_due_at": None})
             q["kinds"].append(k.kind)
-            due, scheduled = _estimated(k, guesses.get(k.kind), stats)
+            due, scheduled = past_the_cap(k, guesses.get(k.kind), stats, COUNT_CAP)
             q["due"] += due
             q["scheduled"] += scheduled
             q["due_estimated"] = q["due_estimated"] or due != k.due
@@ -378,22 +378,6 @@ class TaskService:
             counts = [max(c, stats.estimate_between(lo, hi)) if est else c
                       for c, est, lo, hi in zip(counts, estimated, edges, edges[1:], strict=False)]
         return Timeline(edges, counts, estimated, overdue, overdue >= COUNT_CAP, TIMELINE_CAP)
-
-
-def _estimated(k: KindOverview, rows: int | None, stats: TableStats) -> tuple[int, int]:
-    """(due, scheduled) of one kind: counts that reached the cap are replaced by
-    the statistics' estimate (the kind's rows split at now by the scheduledAt histogram)
-    when that is larger; a count below the cap is exact and kept."""
-    due, scheduled = k.due, k.scheduled
-    if rows is None or COUNT_CAP not in (k.due, k.later):
-        return due, scheduled
-    total = max(stats.rows_estimate, stats.live_estimate, 1)
-    due_share = min(stats.estimate_between(MIN_MS, k.now_ms + 1) / total, 1.0)
-    if k.due >= COUNT_CAP:
-        due = max(due, round(rows * due_share))
-    if k.later >= COUNT_CAP:
-        scheduled = max(scheduled, rows - due - k.in_flight)
-    return due, scheduled
 
 
 def _literal_parts(pattern: str | None) -> list[bytes]:
