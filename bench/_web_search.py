@@ -96,7 +96,7 @@ def phase(url: str, base: str, cap_s: float, publishes: int, payload: bytes) -> 
         for _ in range(2):  # the first pass warms the index's pages
             out["indexed"] = {label: follow(client, text, 60.0) for label, text in (
                 ("match at the end of the ETA range", END_NEEDLE), ("no match", NO_MATCH),
-                ("a match among many (needle@example.com)", "needle@example.com"))}
+                ("a text in 10 rows (needle@example.com)", "needle@example.com"))}
     out["publish_ms_with_index"] = publish_ms(url, publishes)
     return out
 
