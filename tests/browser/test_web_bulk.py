@@ -43,6 +43,7 @@ def test_bulk_actions_with_a_real_worker(database_url, producer, start_worker, w
     # Run now on every task of the queue: a confirmation with the count, then the outcome.
     page.goto(server.url + "/tasks?queue=celery")
     page.check("#all-matching")
+    expect(page.locator("#all-count")).to_have_text("(4)")
     page.click("#bulk-run-now")
     assert page.locator("#bulk-count").inner_text() == "4"
     assert "1 of them are in flight" in page.locator("#bulk-in-flight").inner_text()

@@ -76,12 +76,27 @@
     if (el.id === "select-page") {
       document.querySelectorAll("input.pick").forEach(function (box) { box.checked = el.checked; });
     }
+    if (el.id === "all-matching") previewAll(el.checked);
     if (el.id === "select-page" || el.classList.contains("pick") || el.id === "all-matching") {
       var n = document.querySelectorAll("input.pick:checked").length;
       var count = document.getElementById("selected-count");
       if (count) count.textContent = String(n);
     }
   });
+
+  // How many "all matching" would touch (the confirmation shows it again before acting).
+  function previewAll(on) {
+    var out = document.getElementById("all-count");
+    if (!out) return;
+    out.textContent = "";
+    if (!on) return;
+    var params = new URLSearchParams(window.location.search);
+    params.delete("cursor"); params.delete("msg"); params.set("all", "1");
+    fetch("/api/tasks/bulk/preview?" + params.toString(), {credentials: "same-origin"})
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (data) { if (data) out.textContent = "(" + data.label + ")"; })
+      .catch(function () {});
+  }
 
   // -- live refresh -----------------------------------------------------------------------------
   var live = true;
