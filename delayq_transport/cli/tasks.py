@@ -13,9 +13,11 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ..core import search
 from ..tasks import (
     TaskFilter,
     TaskService,
+    bulk,
     decode_cursor,
     encode_cursor,
     parse_duration,
@@ -144,16 +146,15 @@ def cancel_cmd(obj: Context, ident: str | None, yes: bool, as_json: bool, **kw: 
             return
         if not given:
             raise click.UsageError("give a task id, or filters selecting what to cancel")
-        ids = [v.row.id for v in svc.iter_matching(f) if not v.row.held]
+        ids = bulk.target_ids(svc, f)
         if not ids:
-            _done(as_json, {"matched": 0, "cancelled": 0}, "no waiting task matches")
+            _done(as_json, {"matched": 0, "cancelled": 0}, "no task matches")
             return
-        if not yes and not click.confirm(f"cancel {len(ids)} waiting task(s)?"):
+        if not yes and not click.confirm(f"cancel {len(ids)} matching task(s)? (in flight "
+                                         "ones are left alone)"):
             raise click.Abort()
-        done, held = svc.cancel_many(ids)
-    _done(as_json, {"matched": len(ids), "cancelled": done, "in_flight": held},
-          f"cancelled {done} task(s)" + (f"; {held} were taken by a worker meanwhile"
-                                         if held else ""))
+        outcome = bulk.apply(svc, "cancel", ids)
+    _done(as_json, {**outcome.as_dict(), "cancelled": outcome.done}, outcome.detail)
 
 
 @tasks_group.command("reschedule")
@@ -183,6 +184,23 @@ def run_now_cmd(obj: Context, ident: str, as_json: bool) -> None:
         result = svc.run_now(ident)
     _done(as_json, vars(result), result.detail)
 
+
+@tasks_group.command("search-index")
+@click.argument("action", type=click.Choice(["create", "drop", "status"]))
+@click.pass_obj
+def search_index_cmd(obj: Context, action: str) -> None:
+    """Opt-in trigram index that makes argument search answer at once on big tables.
+
+    Publishing pays for its entries (see docs/web.md); without it a search scans in slices.
+    ``create`` builds it CONCURRENTLY (publishing goes on) and needs the pg_trgm extension.
+    """
+    with obj.queue() as queue:
+        if action == "create":
+            search.create_index(queue)
+        elif action == "drop":
+            search.drop_index(queue)
+        ready = search.index_ready(queue)
+    console.print(f"search index on {obj.table}: {'present' if ready else 'absent'}")
 
 
 register(tasks_group)

@@ -24,11 +24,15 @@ import psycopg
 from .types import KindStatus
 
 if TYPE_CHECKING:
+    from .inspect import KindOverview, TableStats
     from .queue import DelayedQueue
 
 #: Most rows any one count reads (per kind and per measure). ~0.1-0.2 s at the cap on this
 #: machine, whatever the table size; above it counts are labelled "at least" or estimates.
 COUNT_CAP = 100_000
+
+#: scheduledAt's smallest value (inspect.MIN_MS): "since ever".
+_NO_LOWER_BOUND_MS = -(2**63)
 
 EXACT = "exact"
 AT_LEAST = "at least"
@@ -65,6 +69,36 @@ def capped_status(queue: DelayedQueue, cap: int = COUNT_CAP) -> list[KindStatus]
     shares = _kind_shares(estimates, [r[0] for r in rows])
     total = _live_rows_estimate(estimates)
     return [_kind_status(r, flying.get(r[0], 0), cap, shares, total) for r in sorted(rows)]
+
+
+def kind_row_estimates(queue: DelayedQueue, kinds: Sequence[str]) -> dict[str, int]:
+    """Estimated live rows of each kind from the statistics alone (nothing reads the table):
+    what a capped count is shown as, marked as an estimate. Empty when nothing is known."""
+    kinds = list(kinds)
+    if not kinds:
+        return {}
+    estimates = queue.db.fetchone(queue.queries["status_estimates"])
+    total = _live_rows_estimate(estimates)
+    if total is None:
+        return {}
+    return {k: round(total * share) for k, share in _kind_shares(estimates, kinds).items()}
+
+
+def past_the_cap(k: KindOverview, rows: int | None, stats: TableStats, cap: int
+                 ) -> tuple[int, int]:
+    """(due, scheduled) of one kind: counts that reached the cap are replaced by
+    the statistics' estimate (the kind's rows split at now by the scheduledAt histogram)
+    when that is larger; a count below the cap is exact and kept."""
+    due, scheduled = k.due, k.scheduled
+    if rows is None or cap not in (k.due, k.later):
+        return due, scheduled
+    total = max(stats.rows_estimate, stats.live_estimate, 1)
+    due_share = min(stats.estimate_between(_NO_LOWER_BOUND_MS, k.now_ms + 1) / total, 1.0)
+    if k.due >= cap:
+        due = max(due, round(rows * due_share))
+    if k.later >= cap:
+        scheduled = max(scheduled, rows - due - k.in_flight)
+    return due, scheduled
 
 
 def _kind_status(row: tuple[Any, ...], in_flight: int, cap: int,

@@ -212,6 +212,17 @@ class Inspector:
                   "expected_initially": row.scheduled_at_initially_ms}
         return bool(self.db.fetchall(self.q["inspect_reschedule"], params))
 
+    def reschedule_many(self, moves: Sequence[tuple[TaskRow, int, bytes]]) -> list[int]:
+        """Move each (row as read, new time ms, payload) in one statement; returns the ids
+        moved (a row a consumer took or that was replaced since it was read stays)."""
+        if not moves:
+            return []
+        params = {"ids": [r.id for r, _, _ in moves], "ats": [int(at) for _, at, _ in moves],
+                  "payloads": [p for _, _, p in moves],
+                  "created": [r.created_at_ms for r, _, _ in moves],
+                  "initially": [r.scheduled_at_initially_ms for r, _, _ in moves]}
+        return [r[0] for r in self.db.fetchall(self.q["inspect_reschedule_many"], params)]
+
     def overview(self, kinds: Sequence[str], cap: int = 10_000,
                  redelivered_cap: int = 1_000) -> list[KindOverview]:
         """Bounded counters per kind; redeliveries are counted among the ``redelivered_cap``

@@ -71,6 +71,10 @@ class Queries:
             "notify_fn": sql.Identifier(f"{table}__notify"),
             "insert_trigger": sql.Identifier(f"{table}__notify_insert"),
             "update_trigger": sql.Identifier(f"{table}__notify_update"),
+            "search_fn": sql.Identifier(f"{table}__search_text"),
+            "search_index": sql.Identifier(f"{table}__search_trgm"),
+            "search_index_literal": sql.Literal(sql.Identifier(f"{table}__search_trgm")
+                                                .as_string(None)),
             "channel": sql.Identifier(channel),
             "channel_literal": sql.Literal(channel),
             # The quoted name as a string, for to_regclass() in catalog queries.

@@ -999,6 +999,17 @@ WHERE "id" = %(id)s AND "lockUuid" IS NULL
   AND "createdAt" = %(expected_created)s AND "scheduledAtInitially" = %(expected_initially)s
 RETURNING "id"
 
+-- inspect_reschedule_many --
+-- inspect_reschedule for a batch (bulk actions): each row moves with its own time and payload,
+-- under the same conditions (not held, not replaced since it was read).
+UPDATE {table} AS t
+SET "scheduledAt" = v.at, "scheduledAtInitially" = v.at, "payload" = v.payload
+FROM unnest(%(ids)s::bigint[], %(ats)s::bigint[], %(payloads)s::bytea[], %(created)s::bigint[],
+            %(initially)s::bigint[]) AS v(id, at, payload, created, first_at)
+WHERE t."id" = v.id AND t."lockUuid" IS NULL
+  AND t."createdAt" = v.created AND t."scheduledAtInitially" = v.first_at
+RETURNING t."id"
+
 -- inspect_overview --
 -- Per kind: bounded counts (each stops at `cap`; the caller shows "cap+"), the oldest due
 -- row's lag and the next scheduled time, all from index range scans. In-flight rows are found
@@ -1051,6 +1062,61 @@ FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 LEFT JOIN pg_stat_user_tables AS a ON a.relid = c.oid
 WHERE c.oid = to_regclass(quote_ident(%(table_name)s))
+
+-- Statements of the opt-in argument search index (core/search.py, `delayq tasks search-index`).
+-- Not created by default: the table keeps exactly its three indexes, and publishing pays
+-- nothing for a search nobody uses. With it, a text search answers from a trigram index.
+
+-- search_fn_create --
+-- The searchable text of a payload: a kombu message's base64 body decoded (a Celery task's
+-- args and kwargs as JSON), any other payload as it is; bytes outside ASCII as \ooo escapes.
+-- IMMUTABLE and error-free on any bytes, so an index can be built on it.
+CREATE OR REPLACE FUNCTION {search_fn}(p bytea) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT AS $fn$
+SELECT CASE WHEN b IS NOT NULL AND mod(length(b), 4) = 0
+            THEN encode(decode(b, 'base64'), 'escape') ELSE encode(p, 'escape') END
+FROM (SELECT substring(encode(p, 'escape') FROM '"body": "([A-Za-z0-9+/]*={{0,2}})"') AS b) AS s
+$fn$
+
+-- search_extension --
+-- Trigram matching (a contrib extension shipped with PostgreSQL).
+CREATE EXTENSION IF NOT EXISTS pg_trgm
+
+-- search_index_create --
+-- The opt-in GIN trigram index on the searchable text; CONCURRENTLY: publishing goes on.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {search_index} ON {table}
+USING gin ({search_fn}("payload") gin_trgm_ops)
+
+-- search_index_drop --
+-- Remove the opt-in index (and its function): back to the three indexes of the design.
+DROP INDEX CONCURRENTLY IF EXISTS {search_index}
+
+-- search_fn_drop --
+-- The index's function, once the index is gone.
+DROP FUNCTION IF EXISTS {search_fn}(bytea)
+
+-- search_index_valid --
+-- Whether the opt-in index exists and is usable (a failed CONCURRENTLY build leaves it invalid).
+SELECT i.indisvalid FROM pg_index AS i WHERE i.indexrelid = to_regclass({search_index_literal})
+
+-- search_time_limit --
+-- The index search's own statement_timeout (this transaction only): a text in most rows is
+-- found faster by the scan.
+SELECT set_config('statement_timeout', %(limit_ms)s, true)
+
+-- search_indexed --
+-- Rows whose searchable text contains `pattern` (ILIKE, answered by the trigram index), after
+-- the keyset cursor, in (scheduledAt, id) order. A superset: the caller checks each row
+-- exactly (the pattern is the longest plain piece of what was typed).
+SELECT t."id", t."pKey", t."pKind", t."payload", t."scheduledAt", t."scheduledAtInitially",
+       t."lockUuid", t."createdAt", n.now
+FROM {table} AS t, (SELECT {now} AS now) AS n
+WHERE t."pKind" = ANY(%(kinds)s::text[])
+  AND t."scheduledAt" >= %(lo)s::bigint AND t."scheduledAt" < %(hi)s::bigint
+  AND (t."scheduledAt", t."id") > (%(after_at)s::bigint, %(after_id)s::bigint)
+  AND {search_fn}(t."payload") ILIKE %(pattern)s
+ORDER BY t."scheduledAt", t."id"
+LIMIT %(budget)s
 
 -- Statements of partitions that are kept, not consumed (Dramatiq's dead letters), and of
 -- whole-partition inspection; used through delayq_transport.core.partitions.

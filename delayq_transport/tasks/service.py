@@ -16,12 +16,13 @@ from __future__ import annotations
 import fnmatch
 import re
 import time
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..core import search
+from ..core.counts import kind_row_estimates, past_the_cap
 from ..core.errors import DelayqError, InvalidInput
 from ..core.inspect import MAX_MS, MIN_MS, Inspector, TaskRow
 from ..core.queue import DelayedQueue
@@ -29,6 +30,7 @@ from ..core.timeutil import from_ms, to_ms
 from ..transport.message import kinds_for, queue_of_kind
 from . import decoders
 from .filters import TaskFilter
+from .rates import RateWindows
 
 #: A filter the index cannot answer scans at most this many rows per request...
 SCAN_LIMIT = 5_000
@@ -36,10 +38,12 @@ SCAN_CHUNK = 500
 #: ...and stops after this long (then the page says where it stopped): a page answers in a
 #: bounded time whatever the table size and however selective the filter.
 SCAN_TIME_BUDGET_S = 0.15
+#: A text search slice: long enough to cover ground, short enough that the page shows
+#: progress (and the next slice is asked for) about every second.
+SEARCH_TIME_BUDGET_S = 1.0
 COUNT_CAP = 5_000
 REDELIVERED_CAP = 1_000
 TIMELINE_CAP = 500
-RATE_WINDOW_S = 60.0
 MAX_WATCH = 100
 
 
@@ -111,6 +115,12 @@ class TaskPage:
     next_cursor: tuple[int, int] | None
     scanned: int
     partial: bool  # the scan limit stopped it before the page was full
+    indexed: bool = False  # a text search answered by the opt-in trigram index
+
+    @property
+    def searched_to(self) -> str | None:
+        """How far (ETA) a partial page's scan got: the progress of a search."""
+        return iso(self.next_cursor[0]) if self.partial and self.next_cursor else None
 
 
 @dataclass
@@ -131,11 +141,6 @@ class Timeline:
     cap: int
 
 
-@dataclass
-class _Rates:
-    samples: deque[tuple[float, int, int]] = field(default_factory=lambda: deque(maxlen=120))
-
-
 class TaskService:
     """Task inspection and management over one queue table (all kinds)."""
 
@@ -143,7 +148,7 @@ class TaskService:
         self.queue = queue
         self.inspector = Inspector(queue)
         self.hide_args = hide_args
-        self._rates = _Rates()
+        self._rates = RateWindows()
 
     # -- reading ------------------------------------------------------------------------
 
@@ -192,21 +197,35 @@ class TaskService:
             more = len(rows) > limit
             return TaskPage(self._with_payloads(page), _pos(page[-1]) if more else None,
                             len(rows), False)
+        piece = search.plain_piece(f.text) if f.text else None
+        indexed = piece is not None and f.state != "in_flight" and search.index_ready(self.queue)
         found: list[TaskRow] = []
         scanned = 0
-        deadline = time.monotonic() + SCAN_TIME_BUDGET_S
-        while scanned < SCAN_LIMIT and (scanned == 0 or time.monotonic() < deadline):
-            rows = self._chunk(f, kinds, after, lo, hi)
+        # A text search keeps going for about a second per request (the page asks for the next
+        # slice by itself); other filters answer within the page budget.
+        budget_s, row_cap = (SEARCH_TIME_BUDGET_S, None) if f.text else \
+            (SCAN_TIME_BUDGET_S, SCAN_LIMIT)
+        deadline = time.monotonic() + budget_s
+        while (scanned == 0 or time.monotonic() < deadline) and \
+                (row_cap is None or scanned < row_cap):
+            hits = None
+            if indexed and piece is not None:
+                hits = search.indexed_window(self.queue, kinds, piece=piece, after=after, lo=lo,
+                                             hi=hi, budget=SCAN_CHUNK)
+                indexed = hits is not None  # None: too common a text, the scan finds it
+            rows = self._chunk(f, kinds, after, lo, hi) if hits is None else hits
             for row in rows:
                 scanned += 1
                 after = _pos(row)
-                if self._matches(f, row, prefix, (lo, hi)):
+                if search.may_match(row.payload, piece) and \
+                        self._matches(f, row, prefix, (lo, hi)):
                     found.append(row)
                     if len(found) == limit:
-                        return TaskPage(self._with_payloads(found), after, scanned, False)
+                        return TaskPage(self._with_payloads(found), after, scanned, False,
+                                        indexed)
             if len(rows) < SCAN_CHUNK:
-                return TaskPage(self._with_payloads(found), None, scanned, False)
-        return TaskPage(self._with_payloads(found), after, scanned, True)
+                return TaskPage(self._with_payloads(found), None, scanned, False, indexed)
+        return TaskPage(self._with_payloads(found), after, scanned, True, indexed)
 
     def _chunk(self, f: TaskFilter, kinds: list[str], after: tuple[int, int], lo: int,
                hi: int) -> list[TaskRow]:
@@ -278,13 +297,6 @@ class TaskService:
             raise TaskNotFound(f"task #{view.row.id} is gone (it ran or was cancelled)")
         return ActionResult(view.row.id, "cancel", f"task {view.row.key} cancelled")
 
-    def cancel_many(self, ids: list[int]) -> tuple[int, int]:
-        """Delete the waiting ones of ``ids``; returns (cancelled, left because in flight)."""
-        done = 0
-        for start in range(0, len(ids), 1000):
-            done += len(self.inspector.cancel(ids[start:start + 1000]))
-        return done, len(ids) - done
-
     def reschedule(self, ident: str | int, at: datetime) -> ActionResult:
         """Move a waiting task to ``at`` (its message's ETA moves with it)."""
         at_ms = to_ms(at, what="new time")
@@ -320,24 +332,26 @@ class TaskService:
         kinds = self.inspector.kinds()
         per_kind = self.inspector.overview(kinds, COUNT_CAP, REDELIVERED_CAP)
         stats = self.inspector.stats()
-        now = time.monotonic()
-        samples = self._rates.samples
-        samples.append((now, stats.inserted, stats.deleted))
-        while len(samples) > 2 and now - samples[0][0] > RATE_WINDOW_S:
-            samples.popleft()
-        t0, ins0, del0 = samples[0]
-        span = now - t0
-        rates = None if span < 1 else {"published_per_s": (stats.inserted - ins0) / span,
-                                       "done_per_s": (stats.deleted - del0) / span}
+        self._rates.add(stats.inserted, stats.deleted)
+        windows = self._rates.windows()
+        capped = [k.kind for k in per_kind if COUNT_CAP in (k.due, k.later)]
+        guesses = kind_row_estimates(self.queue, capped) if capped else {}
         queues: dict[str, dict[str, Any]] = {}
         for k in per_kind:
             name = queue_of_kind(k.kind)[0]
             q = queues.setdefault(name, {"queue": name, "kinds": [], "due": 0, "scheduled": 0,
                                          "in_flight": 0, "redelivered": 0, "capped": False,
-                                         "oldest_due_lag_ms": None, "next_due_at": None})
+                                         "due_estimated": False,
+                                         "scheduled_estimated": False, "oldest_due_lag_ms": None,
+                                         "next_due_at": None})
             q["kinds"].append(k.kind)
-            for attr in ("due", "scheduled", "in_flight", "redelivered"):
-                q[attr] += getattr(k, attr)
+            due, scheduled = past_the_cap(k, guesses.get(k.kind), stats, COUNT_CAP)
+            q["due"] += due
+            q["scheduled"] += scheduled
+            q["due_estimated"] = q["due_estimated"] or due != k.due
+            q["scheduled_estimated"] = q["scheduled_estimated"] or scheduled != k.scheduled
+            q["in_flight"] += k.in_flight
+            q["redelivered"] += k.redelivered
             q["capped"] = q["capped"] or COUNT_CAP in (k.due, k.later)
             if k.oldest_due_lag_ms is not None:
                 q["oldest_due_lag_ms"] = max(q["oldest_due_lag_ms"] or 0, k.oldest_due_lag_ms)
@@ -345,7 +359,8 @@ class TaskService:
                 q["next_due_at"] = min(filter(None, [q["next_due_at"], iso(k.next_due_at_ms)]))
         return {"now": iso(stats.now_ms), "cap": COUNT_CAP,
                 "rows_estimate": max(stats.rows_estimate, stats.live_estimate),
-                "rates": rates, "queues": sorted(queues.values(), key=lambda q: q["queue"])}
+                "rates": windows[0] if windows else None, "rate_windows": windows,
+                "queues": sorted(queues.values(), key=lambda q: q["queue"])}
 
     def timeline(self, hours: float = 24, buckets: int = 48,
                  queue: str | None = None) -> Timeline:

@@ -41,7 +41,8 @@ async def tasks(request: Request) -> Response:
     return JSONResponse({
         "tasks": [v.as_dict() for v in page.items],
         "next_cursor": encode_cursor(*page.next_cursor) if page.next_cursor else None,
-        "scanned": page.scanned, "partial": page.partial})
+        "scanned": page.scanned, "partial": page.partial, "searched_to": page.searched_to,
+        "indexed": page.indexed})
 
 
 async def task(request: Request) -> Response:

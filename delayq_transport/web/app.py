@@ -12,6 +12,7 @@ from functools import partial
 from importlib.resources import files
 from typing import Any, TypeVar
 
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
@@ -41,11 +42,20 @@ class State:
         self.service = TaskService(queue, hide_args=config.hide_args)
         self.templates = Jinja2Templates(directory=str(HERE.joinpath("templates")))
         self.templates.env.globals.update(config=config)
-        self.templates.env.filters["short"] = lambda s: "" if not s else \
-            str(s)[:19].replace("T", " ")
+        self.templates.env.filters["when"] = when
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await run_in_threadpool(partial(fn, *args, **kwargs))
+
+
+def when(iso: str | None, relative: bool = True) -> Markup | str:
+    """A time as ``<time datetime=ISO>`` (UTC text): app.js shows it in the viewer's zone or
+    UTC, with a relative form, so the server stays zone-free."""
+    if not iso:
+        return "–"
+    rel = "" if relative else ' data-rel="no"'
+    return Markup('<time datetime="{}"{}>{} UTC</time>').format(iso, Markup(rel),
+                                                             str(iso)[:19].replace("T", " "))
 
 
 def state(request: Request) -> State:
@@ -141,11 +151,11 @@ class SecurityHeaders:
 
 def create_app(queue: DelayedQueue, config: WebConfig | None = None) -> Starlette:
     """The app for one queue table; the caller owns ``queue`` (and closes it)."""
-    from . import api, outcomes, pages, workers
+    from . import api, bulk, outcomes, pages, workers
 
     config = (config or WebConfig()).validate()
     routes = [
-        *pages.routes(guarded), *api.routes(guarded),
+        *bulk.routes(guarded), *pages.routes(guarded), *api.routes(guarded),
         *outcomes.routes(guarded), *workers.routes(guarded),
         Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static"),
     ]

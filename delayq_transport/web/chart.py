@@ -37,7 +37,7 @@ class Chart:
     height: int
     bars: list[Bar]
     overdue: Bar
-    ticks: list[tuple[float, str]]
+    ticks: list[tuple[float, str, str]]  # x, UTC label, ISO time (app.js relabels it)
     grid: list[tuple[float, str]]
     baseline: float
     total: int
@@ -91,14 +91,14 @@ def build(t: Timeline, queue: str | None = None) -> Chart:
                  any(t.estimated))
 
 
-def _ticks(t: Timeline, x0: float, step: float) -> list[tuple[float, str]]:
+def _ticks(t: Timeline, x0: float, step: float) -> list[tuple[float, str, str]]:
     """About eight labels, on bucket edges; the date is shown where the day changes."""
     every = max(len(t.counts) // 8, 1)
-    out: list[tuple[float, str]] = []
+    out: list[tuple[float, str, str]] = []
     last_day = None
     for i in range(0, len(t.counts) + 1, every):
         when: datetime = from_ms(t.edges_ms[i])
         label = f"{when:%H:%M}" if when.date() == last_day else f"{when:%b %d %H:%M}"
         last_day = when.date()
-        out.append((x0 + i * step, label))
+        out.append((x0 + i * step, label, _iso(t.edges_ms[i])))
     return out

@@ -67,7 +67,7 @@ async def task_list(request: Request) -> Response:
         nxt = "/tasks?" + urlencode({**f.as_query(), "cursor": encode_cursor(*page.next_cursor),
                                      "limit": limit})
     return render(request, "tasks.html", page=page, filter=f, states=STATES, next_url=nxt,
-                  query=f.as_query(), page_name="tasks")
+                  query=f.as_query(), page_name="tasks", limit=limit)
 
 
 async def task_page(request: Request) -> Response:

@@ -41,9 +41,10 @@ def fill(queue: DelayedQueue) -> str:
                                                               at))
         return str(msg["headers"]["id"])
 
-    for i in range(1400):  # reminders through the day, a peak six hours ahead
+    for i in range(6000):  # reminders through the day, a peak six hours ahead: the fullest
+        # bars hold more than the page counts (500), so they are drawn as hatched estimates
         at = now + timedelta(minutes=rnd.expovariate(1 / 300)) if i % 3 else \
-            peak + timedelta(minutes=rnd.gauss(0, 25))
+            peak + timedelta(minutes=rnd.gauss(0, 40))
         add("billing.remind", [{"account": 1000 + i, "invoice": f"INV-{4000 + i}"}], at)
     for i in range(500):
         add("mail.send_digest", [f"user{i}@example.com"],
@@ -59,6 +60,7 @@ def fill(queue: DelayedQueue) -> str:
     for kind, items in batches.items():
         queue.with_kind(kind).offer_batch(items)
     queue.with_kind("mail").try_poll_many(3)  # three in flight
+    queue.db.execute("ANALYZE delayed_queue")  # the histogram the estimates come from
     return shown
 
 
@@ -181,11 +183,19 @@ def main() -> None:
             try:
                 with sync_playwright() as pw:
                     browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-                    page = browser.new_page(viewport={"width": 1280, "height": 760})
+                    context = browser.new_context(viewport={"width": 1280, "height": 760},
+                                                  timezone_id="Europe/Paris")
+                    page = context.new_page()
                     page.goto(server.url + "/")
                     page.screenshot(path=str(out / "web-overview.png"), full_page=True)
                     page.goto(server.url + "/tasks?task=billing.*&q=INV-40")
+                    page.locator("input.pick").nth(1).check()
+                    page.locator("input.pick").nth(2).check()
                     page.screenshot(path=str(out / "web-tasks.png"))
+                    page.check("#all-matching")
+                    page.fill("#bulk-shift", "+2h")
+                    page.click("#bulk-reschedule")
+                    page.screenshot(path=str(out / "web-bulk-confirm.png"))
                     page.goto(f"{server.url}/tasks/{shown}")
                     page.screenshot(path=str(out / "web-task.png"), full_page=True)
                     outcome_shots(queue, page, server.url, out)

@@ -203,7 +203,7 @@ def test_cli_list_show_cancel_reschedule(database_url: str) -> None:
     moved = json.loads(run("reschedule", keys[1], "--in", "2h", "--json"))
     assert moved["action"] == "reschedule"
     out = run("cancel", "--search", '"account": 3', input="y\n")
-    assert "cancel 1 waiting task(s)?" in out and "cancelled 1" in out
+    assert "cancel 1 matching task(s)?" in out and "cancelled 1" in out
     assert json.loads(run("cancel", "--task", "billing.*", "--yes", "--json"))["cancelled"] == 4
     bad = runner.invoke(main, ["-d", database_url, "tasks", "cancel", keys[0]])
     assert bad.exit_code == 1 and "no task" in bad.output

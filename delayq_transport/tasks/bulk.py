@@ -1,0 +1,217 @@
+"""Bulk actions: cancel, reschedule (to a time, or by a shift) or run now, on chosen rows or on
+every match of a filter. ``delayq tasks cancel`` with filters and the web page's bulk bar
+both come here.
+
+Guarantees, as for one task (:class:`~.service.TaskService`): a row a worker holds is left
+alone and counted as in flight; a row that ran or changed meanwhile is counted as gone; a
+moved row's message gets the new ``eta`` header (:func:`.decoders.with_eta`). Every statement
+touches at most :data:`BATCH` rows, so a million matches never make one giant transaction.
+The targets are collected before anything changes: a row rescheduled later in the ETA order
+is not met (and shifted) twice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+from ..core.counts import kind_row_estimates
+from ..core.errors import InvalidInput
+from ..core.inspect import MAX_MS, MIN_MS, TaskRow
+from ..core.timeutil import from_ms, to_ms
+from . import decoders
+from .filters import TaskFilter, parse_duration, parse_when
+from .service import TaskService
+
+ACTIONS = ("cancel", "reschedule", "run_now")
+#: Rows per statement.
+BATCH = 500
+#: Most rows one bulk action collects (ids are held in memory: ~40 MB at the cap).
+MAX_TARGETS = 1_000_000
+#: A preview counts exactly up to here, then estimates (index-answered filters)...
+PREVIEW_CAP = 100_000
+#: ...or scans this long for filters the index cannot answer.
+PREVIEW_SCAN_S = 0.25
+_WINDOW = 5_000
+
+
+@dataclass
+class BulkResult:
+    action: str
+    matched: int
+    done: int
+    in_flight: int  # a worker holds them: left alone
+    gone: int  # ran, were cancelled or replaced meanwhile
+    unsupported: int = 0  # no decoder can set their message's time
+
+    @property
+    def detail(self) -> str:
+        verb = {"cancel": "cancelled", "reschedule": "rescheduled",
+                "run_now": "made due now"}[self.action]
+        parts = [f"{verb} {self.done:,} task(s)"]
+        if self.in_flight:
+            parts.append(f"{self.in_flight:,} in flight were left alone")
+        if self.gone:
+            parts.append(f"{self.gone:,} had already left the queue or changed")
+        if self.unsupported:
+            parts.append(f"{self.unsupported:,} have a message format that cannot be moved")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "detail": self.detail}
+
+
+@dataclass
+class BulkPreview:
+    """What a confirmation shows: how many rows an action would touch."""
+
+    count: int
+    exact: bool  # False: an estimate (≈), or at least ``count`` (a scan that did not finish)
+    in_flight: int
+
+    @property
+    def label(self) -> str:
+        if self.exact:
+            return f"{self.count:,}"
+        return f"≈{self.count:,}" if self.count > PREVIEW_CAP else f"at least {self.count:,}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "label": self.label}
+
+
+def parse_target_time(action: str, at: str | None, shift: str | None) -> tuple[int | None,
+                                                                               int | None]:
+    """(absolute time ms, shift ms) of a reschedule: ``at`` an ISO time, or ``shift`` like
+    ``+2h`` / ``-30m``; neither for cancel and run now."""
+    if action not in ACTIONS:
+        raise InvalidInput(f"action must be one of {', '.join(ACTIONS)}, got {action!r}")
+    if action != "reschedule":
+        return None, None
+    if bool(at) == bool(shift):
+        raise InvalidInput("reschedule: give a new time (at) or a shift such as +2h or -30m")
+    if at:
+        return to_ms(parse_when(at, "at"), what="at"), None
+    text = str(shift).strip()
+    sign = -1 if text.startswith("-") else 1
+    delta: timedelta = parse_duration(text.lstrip("+-"), "shift")
+    return None, sign * int(delta.total_seconds() * 1000)
+
+
+def target_ids(svc: TaskService, f: TaskFilter, cap: int = MAX_TARGETS) -> list[int]:
+    """Every row matching ``f`` (held ones included: they are reported, not touched)."""
+    if f.narrows:
+        ids = []
+        for view in svc.iter_matching(f):
+            ids.append(view.row.id)
+            if len(ids) > cap:
+                break
+    else:
+        ids = [r.id for r in _windows(svc, f, cap + 1)]
+    if len(ids) > cap:
+        raise InvalidInput(f"more than {cap:,} tasks match: narrow the filter")
+    return ids
+
+
+def _windows(svc: TaskService, f: TaskFilter, most: int) -> list[TaskRow]:
+    """Rows of an index-answered filter (queue, ETA range), keyset windows without payloads."""
+    lo, hi = f.bounds_ms(svc.inspector.now_ms())
+    lo, hi = MIN_MS if lo is None else lo, MAX_MS if hi is None else hi
+    kinds, after = svc.kinds(f.queue), (MIN_MS, MIN_MS)
+    out: list[TaskRow] = []
+    while len(out) < most:
+        rows = svc.inspector.window(kinds, after=after, lo=lo, hi=hi, budget=_WINDOW)
+        out.extend(rows)
+        if len(rows) < _WINDOW:
+            break
+        after = (rows[-1].scheduled_at_ms, rows[-1].id)
+    return out[:most]
+
+
+def preview(svc: TaskService, f: TaskFilter | None = None,
+            ids: list[int] | None = None) -> BulkPreview:
+    """The count a confirmation shows, within a page's time budget."""
+    if ids is not None:
+        rows = svc.inspector.by_ids(ids[:MAX_TARGETS])
+        return BulkPreview(len(rows), True, sum(r.held for r in rows))
+    assert f is not None
+    if f.narrows:
+        return _scan_count(svc, f)
+    lo, hi = f.bounds_ms(svc.inspector.now_ms())
+    lo, hi = MIN_MS if lo is None else lo, MAX_MS if hi is None else hi
+    kinds = svc.kinds(f.queue)
+    counted = svc.inspector.timeline(kinds, [lo, hi], PREVIEW_CAP)[0]
+    held = [r for r in svc.inspector.held(kinds, budget=1000) if lo <= r.scheduled_at_ms < hi]
+    if counted < PREVIEW_CAP:
+        return BulkPreview(counted, True, len(held))
+    stats = svc.inspector.stats()
+    share = 1.0
+    if f.queue:
+        per_kind = kind_row_estimates(svc.queue, kinds)
+        total = max(stats.rows_estimate, stats.live_estimate, 1)
+        share = min(sum(per_kind.values()) / total, 1.0) if per_kind else 1.0
+    return BulkPreview(max(counted, round(stats.estimate_between(lo, hi) * share)), False,
+                       len(held))
+
+
+def _scan_count(svc: TaskService, f: TaskFilter) -> BulkPreview:
+    count = held = 0
+    cursor = None
+    deadline = time.monotonic() + PREVIEW_SCAN_S
+    while True:
+        page = svc.list_page(f, cursor, 500)
+        count += len(page.items)
+        held += sum(v.row.held for v in page.items)
+        if page.next_cursor is None:
+            return BulkPreview(count, True, held)
+        if time.monotonic() > deadline:
+            return BulkPreview(count, False, held)
+        cursor = page.next_cursor
+
+
+def apply(svc: TaskService, action: str, ids: list[int], *, at_ms: int | None = None,
+          shift_ms: int | None = None) -> BulkResult:
+    """Apply ``action`` to ``ids``, :data:`BATCH` rows per statement."""
+    if action not in ACTIONS:
+        raise InvalidInput(f"action must be one of {', '.join(ACTIONS)}, got {action!r}")
+    result = BulkResult(action, len(ids), 0, 0, 0)
+    now_ms = svc.inspector.now_ms()
+    for start in range(0, len(ids), BATCH):
+        batch = ids[start:start + BATCH]
+        if action == "cancel":
+            done = set(svc.inspector.cancel(batch))
+            result.done += len(done)
+            _count_missed(svc, [i for i in batch if i not in done], result)
+        else:
+            _move(svc, batch, now_ms if action == "run_now" else at_ms, shift_ms, result)
+    return result
+
+
+def _count_missed(svc: TaskService, ids: list[int], result: BulkResult) -> None:
+    """Rows an action did not change: held by a worker, or gone."""
+    if not ids:
+        return
+    held = sum(r.held for r in svc.inspector.by_ids(ids))
+    result.in_flight += held
+    result.gone += len(ids) - held
+
+
+def _move(svc: TaskService, batch: list[int], at_ms: int | None, shift_ms: int | None,
+          result: BulkResult) -> None:
+    rows = svc.inspector.by_ids(batch)
+    result.gone += len(batch) - len(rows)
+    moves: list[tuple[TaskRow, int, bytes]] = []
+    for row in rows:
+        if row.held:
+            result.in_flight += 1
+            continue
+        new_at = at_ms if at_ms is not None else row.scheduled_at_ms + (shift_ms or 0)
+        payload = decoders.with_eta(row.payload or b"", from_ms(new_at))
+        if payload is None:
+            result.unsupported += 1
+        else:
+            moves.append((row, new_at, payload))
+    done = set(svc.inspector.reschedule_many(moves))
+    result.done += len(done)
+    _count_missed(svc, [row.id for row, _, _ in moves if row.id not in done], result)
