@@ -302,9 +302,12 @@ class DelayqBroker(Broker):
         self._failures[names.canonical(queue_name)].append(_failure(exc))
 
     def dead_letters_of(self, queue_name: str, limit: int = 100) -> list[Message]:
-        """Dead-lettered messages of a queue, newest first, as they were when they failed."""
+        """Dead-lettered messages of a queue, newest first, as they were when they failed
+        (without the failure options the nack adds for the dead-letter page)."""
         rows = partitions.list_kinds(self.queue, [self.dead_letter_kind(queue_name)], limit)
-        return [Message.decode(r.payload) for r in rows]
+        messages = [Message.decode(r.payload) for r in rows]
+        return [m._replace(options={k: v for k, v in m.options.items()
+                                    if k not in names.FAILURE_OPTIONS}) for m in messages]
 
     @property
     def dead_letters(self) -> list[Message]:

@@ -27,7 +27,7 @@ from ..core.errors import DatabaseError, DatabaseUnavailable, ListenUndeliverabl
 from ..core.listen import Listener
 from ..core.timeutil import to_ms
 from ..core.types import Envelope
-from .names import EXCEPTION_OPTION, PERIODIC_OPTION, canonical
+from .names import EXCEPTION_OPTION, PERIODIC_OPTION, TRACEBACK_OPTION, canonical
 
 if TYPE_CHECKING:
     from .broker import DelayqBroker
@@ -332,15 +332,16 @@ def final_payload(message: Message, exc: BaseException | None) -> bytes:
 
     Dramatiq's Retries writes ``traceback`` on each failure it handles, but not on one it
     aborts (``throws``) nor without Retries at all; the nack knows the exception in every case
-    and writes its traceback and a one-line summary (``delayq_exception``) for the dead-letter
-    page. Done per failure only: acks never reach this.
+    and writes its traceback and a one-line summary (``delayq_traceback``, ``delayq_exception``)
+    for the dead-letter page, beside ``traceback`` as Retries left it. Done per failure only:
+    acks never reach this.
     """
     if exc is None:
         return message.encode()
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__,
                                             limit=TRACEBACK_LIMIT))
     summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return message.copy(options={"traceback": tb, EXCEPTION_OPTION: summary[:1000]}).encode()
+    return message.copy(options={TRACEBACK_OPTION: tb, EXCEPTION_OPTION: summary[:1000]}).encode()
 
 
 def _envelope(message: MessageProxy) -> Envelope:

@@ -20,9 +20,12 @@ NAMESPACE = "dramatiq"
 MAX_PRIORITY_LEVELS = 10
 #: Options of a periodic occurrence (delayq_beat's misfire header, see periodic.py).
 PERIODIC_OPTION = "delayq_periodic"
-#: Option of a dead letter: its final exception in one line (the nack writes it, with the final
-#: traceback in Dramatiq's own ``traceback`` option).
+#: Options of a dead letter: its final exception in one line and its traceback (the nack writes
+#: them beside Dramatiq's own ``traceback``, which it leaves as Retries wrote it;
+#: ``DelayqBroker.dead_letters_of`` hands messages back without them, as Dramatiq's brokers do).
 EXCEPTION_OPTION = "delayq_exception"
+TRACEBACK_OPTION = "delayq_traceback"
+FAILURE_OPTIONS = (EXCEPTION_OPTION, TRACEBACK_OPTION)
 
 
 def canonical(queue_name: str) -> str:

@@ -31,7 +31,7 @@ from .service import TaskNotFound, iso
 #: Dead letters counted per queue at most (the page shows "10000+").
 COUNT_CAP = 10_000
 #: Options that describe the failed attempts: dropped by a requeue so the retries start over.
-RETRY_STATE = ("retries", "traceback", "requeue_timestamp", "eta", names.EXCEPTION_OPTION)
+RETRY_STATE = ("retries", "traceback", "requeue_timestamp", "eta", *names.FAILURE_OPTIONS)
 
 
 def dead_letter_queue(kind: str) -> str | None:
@@ -58,8 +58,12 @@ class DeadLetter:
 
     @property
     def traceback(self) -> str | None:
-        tb = self.options.get("traceback")
-        return tb if isinstance(tb, str) else None
+        """The final failure's (the nack's), else the last one Retries wrote."""
+        for option in (names.TRACEBACK_OPTION, "traceback"):
+            tb = self.options.get(option)
+            if isinstance(tb, str):
+                return tb
+        return None
 
     @property
     def exception(self) -> str | None:
@@ -83,7 +87,8 @@ class DeadLetter:
             out.update({
                 "args": HIDDEN if self.hide_args else m.get("args"),
                 "kwargs": HIDDEN if self.hide_args else m.get("kwargs"),
-                "options": {k: v for k, v in self.options.items() if k != "traceback"},
+                "options": {k: v for k, v in self.options.items()
+                            if k not in ("traceback", names.TRACEBACK_OPTION)},
                 "traceback": self.traceback,
                 "message_timestamp": m.get("message_timestamp"),
             })

@@ -101,7 +101,7 @@ def test_dead_letters_list_show_requeue_and_delete(broker: DelayqBroker) -> None
     consumer = broker.consume("q", prefetch=1, timeout=5000)
     proxy = next(consumer)
     assert proxy is not None and proxy.args[0] in "abc"
-    assert not {"retries", "traceback", "delayq_exception"} & set(proxy.options)
+    assert not {"retries", "traceback", "delayq_exception", "delayq_traceback"} & set(proxy.options)
     consumer.ack(proxy)
     consumer.close()
     assert svc.queues()[0]["dead_letters"] == 1
