@@ -10,41 +10,32 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 
 from .announce import Announcer
-from .combine import ALONE, OfferCombiner
 from .counts import COUNT_CAP, capped_status, count_due
-from .db import Database, as_arrays, cursor_of
-from .errors import DatabaseError, InvalidInput
+from .db import Database, as_arrays
+from .errors import InvalidInput
 from .leases import new_lock
+from .offer import Offering
 from .queries import Queries
 from .schema import ensure_schema as ensure_current_schema
 from .timeutil import duration_ms, from_ms, to_ms
-from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
+from .types import Envelope, KindStatus, StoredMessage
 from .validate import (
-    MsMemo,
-    scheduled_ms,
     validate_key,
     validate_kind,
-    validate_payload,
 )
 from .watermark import DEFAULT_FULL_RESCAN_INTERVAL_S, LowWatermarks, next_search_interval
 
 DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
-#: Rows per multi-row insert; bounded so one statement never carries an unbounded payload.
-OFFER_BATCH_CHUNK = 1000
-#: A CAS loop that keeps losing is a bug or a pathological hot key, not something to spin on.
-MAX_CAS_ATTEMPTS = 100
 
 Clock = Callable[[], datetime]
 
 
-class DelayedQueue:
+class DelayedQueue(Offering):
     """One partition (``kind``) of a ``delayed_queue`` table; thread-safe.
 
     Instances for other kinds of the same table share the pool via :meth:`with_kind`.
@@ -90,9 +81,7 @@ class DelayedQueue:
         #: Wake-ups of this process' publishes, sent after their commits (core/announce.py).
         self.announcer = Announcer(self.db, self.queries)
         #: Concurrent offers share one insert and commit, per durability (core/combine.py).
-        self._combiners = {durable: OfferCombiner(self._insert_one(durable),
-                                                  self._insert_many(durable))
-                           for durable in (True, False)}
+        self._combiners = self._make_combiners()
         self._root = True
         if ensure_schema:
             try:
@@ -142,200 +131,6 @@ class DelayedQueue:
 
     def _kinds(self, kinds: Sequence[str] | None) -> list[str]:
         return [self.kind] if kinds is None else [validate_kind(k) for k in kinds]
-
-    # -- offer ------------------------------------------------------------------------
-
-    def offer(
-        self,
-        key: str,
-        payload: bytes,
-        scheduled_at: datetime | None = None,
-        can_update: bool = True,
-        *,
-        min_lead: timedelta | None = None,
-        durable: bool = True,
-    ) -> OfferOutcome:
-        """Insert, or (``can_update``) replace the row with this key by compare-and-swap.
-
-        ``min_lead`` refuses to (re)create rows due sooner than now + min_lead: a late cron
-        installer must not revive a tick that already fired and was acked. ``durable=False``
-        returns before the commit is flushed to disk (a server crash may lose the last ~0.6 s
-        of such offers, like Redis' default persistence).
-        """
-        params = self._offer_params(key, payload, scheduled_at)
-        lead_ms = None if min_lead is None else duration_ms(min_lead, what="min_lead")
-        if lead_ms is None and self.clock is None:  # concurrent offers share a commit
-            at = self._combiners[durable].offer(params)
-            if at is not ALONE:
-                if at is not None:
-                    self._lower(params["kind"], at)  # type: ignore[arg-type]
-                    return OfferOutcome.CREATED
-                if not can_update:
-                    return OfferOutcome.IGNORED
-                # the key exists: the replace path below (its insert finds it again, or
-                # creates the row if it was consumed meanwhile)
-
-        def work(conn: psycopg.Connection[Any]) -> OfferOutcome:
-            return self._offer_on(conn, params, can_update, lead_ms)
-
-        return self.db.run(work, relaxed=not durable)
-
-    def _insert_one(self, durable: bool) -> Callable[[dict[str, Any]], int | None]:
-        """The combiner's write of a lone offer: ``offer_insert`` on libpq (core/direct.py)."""
-        insert = self.queries.direct("offer_insert")
-
-        def work(conn: psycopg.Connection[Any], params: dict[str, Any]) -> int | None:
-            at = insert.first(conn, params)
-            if at is None:
-                return None
-            self._announce_on(conn, ((params["kind"], int(at)),))
-            return int(at)
-
-        return lambda params: self.db.run(partial(work, params=params), relaxed=not durable)
-
-    def _insert_many(self, durable: bool
-                     ) -> Callable[[list[dict[str, Any]]], list[tuple[Any, ...]]]:
-        """The combiner's write of offers that gathered: one ``offer_batch_insert``."""
-        return lambda chunk: self._insert_rows(chunk, None, durable)
-
-    def _insert_rows(self, chunk: list[dict[str, Any]], lead_ms: int | None, durable: bool
-                     ) -> list[tuple[Any, ...]]:
-        """One multi-row insert; the created rows' ``(pKey, pKind, scheduledAt)``, announced."""
-        keys, kinds, payloads, ats = as_arrays(
-            [(p["key"], p["kind"], p["payload"], p["scheduled_at"]) for p in chunk], 4
-        )
-        params = {"keys": keys, "kinds": kinds, "payloads": payloads, "ats": ats,
-                  "now": chunk[0]["now"], "min_lead_ms": lead_ms}
-        statement = self.queries["offer_batch_insert"]
-
-        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            rows = cursor_of(conn).execute(statement, params).fetchall()
-            if rows:
-                self._announce_on(conn, ((r[1], r[2]) for r in rows))
-            return rows
-
-        return self.db.run(work, relaxed=not durable)
-
-    def _announce_on(self, conn: psycopg.Connection[Any], rows: Iterable[tuple[str, int]]
-                     ) -> None:
-        """Rows were inserted on ``conn``: commit them, then wake their consumers (at once on
-        this connection when the announcer's window is over, else later: core/announce.py)."""
-        if conn.pgconn.transaction_status != TransactionStatus.IDLE:
-            conn.commit()
-        payloads = self.announcer.due(rows)
-        if payloads:
-            self.announcer.send_on(conn, payloads)
-
-    def _offer_params(
-        self, key: str, payload: bytes, at: datetime | None, *, memo: MsMemo | None = None
-    ) -> dict[str, Any]:
-        return {
-            "key": validate_key(key),
-            "kind": self.kind,
-            "payload": validate_payload(payload),
-            "scheduled_at": scheduled_ms(at, memo),
-            "now": self._now_ms(),
-        }
-
-    def _offer_on(
-        self,
-        conn: psycopg.Connection[Any],
-        params: dict[str, Any],
-        can_update: bool,
-        lead_ms: int | None,
-    ) -> OfferOutcome:
-        q = self.queries
-        insert = q.direct("offer_insert")  # once per publish: on libpq itself (core/direct.py)
-        for _ in range(MAX_CAS_ATTEMPTS):
-            too_close = lead_ms is not None and self._too_close(conn, params, lead_ms)
-            if not too_close and (at := insert.first(conn, params)) is not None:
-                self._announce_on(conn, ((params["kind"], int(at)),))
-                self._lower(params["kind"], int(at))
-                return OfferOutcome.CREATED
-            if not can_update:
-                return OfferOutcome.IGNORED
-            cur = cursor_of(conn)  # the rare replace path only: a publish needs no cursor
-            with conn.transaction():
-                row = cur.execute(q["offer_select_for_update"], params).fetchone()
-                if row is None:
-                    if too_close:
-                        return OfferOutcome.IGNORED
-                    continue  # consumed meanwhile: insert again
-                existing = StoredMessage.from_row(row)
-                if (
-                    existing.payload == params["payload"]
-                    and existing.scheduled_at_initially_ms == params["scheduled_at"]
-                    and not existing.in_flight
-                ):
-                    return OfferOutcome.IGNORED
-                cas = dict(
-                    params,
-                    expected_initially=existing.scheduled_at_initially_ms,
-                    expected_created=existing.created_at_ms,
-                )
-                if row := cur.execute(q["offer_cas_update"], cas).fetchone():
-                    self._lower(params["kind"], row[0])
-                    return OfferOutcome.UPDATED
-        raise DatabaseError(f"offer({params['key']!r}) lost {MAX_CAS_ATTEMPTS} compare-and-swaps")
-
-    def _too_close(
-        self, conn: psycopg.Connection[Any], params: dict[str, Any], lead_ms: int
-    ) -> bool:
-        now = conn.execute(self.queries["db_now"], params).fetchone()
-        assert now is not None
-        at = params["scheduled_at"]
-        return at is None or at <= now[0] + lead_ms
-
-    def offer_batch(
-        self,
-        items: Iterable[Offer | tuple[str, bytes, datetime | None]],
-        can_update: bool = True,
-        *,
-        min_lead: timedelta | None = None,
-        chunk_size: int = OFFER_BATCH_CHUNK,
-        durable: bool = True,
-    ) -> list[OfferOutcome]:
-        """Offer many messages: one multi-row insert per chunk, one-by-one ``offer`` for the rest.
-
-        Every item is validated before anything is sent, so bad input stores nothing. Outcomes
-        come back in input order. Keys that already exist (or repeat in the batch) go through
-        ``offer`` when ``can_update``, else they are IGNORED. ``durable=False`` as in ``offer``.
-        """
-        memo: MsMemo = {}
-        prepared = [self._offer_params(*item, memo=memo) for item in items]
-        lead_ms = None if min_lead is None else duration_ms(min_lead, what="min_lead")
-        outcomes: list[OfferOutcome] = []
-        for start in range(0, len(prepared), chunk_size):
-            chunk = prepared[start : start + chunk_size]
-            outcomes += self._offer_chunk(chunk, can_update, lead_ms, durable)
-        return outcomes
-
-    def _offer_chunk(
-        self, chunk: list[dict[str, Any]], can_update: bool, lead_ms: int | None,
-        durable: bool = True,
-    ) -> list[OfferOutcome]:
-        rows = self._insert_rows(chunk, lead_ms, durable)
-        if rows:
-            self._lower(rows[0][1], min(r[2] for r in rows))  # one kind per DelayedQueue
-        created = {row[0] for row in rows}
-        outcomes: list[OfferOutcome] = []
-        for p in chunk:
-            if p["key"] in created:
-                created.discard(p["key"])  # a repeat of this key in the batch is not "created"
-                outcomes.append(OfferOutcome.CREATED)
-            elif can_update:
-                outcomes.append(self._offer_existing(p, lead_ms))
-            else:
-                outcomes.append(OfferOutcome.IGNORED)
-        return outcomes
-
-    def _offer_existing(self, params: dict[str, Any], lead_ms: int | None) -> OfferOutcome:
-        """The one-by-one fallback of offer_batch for keys that already had a row."""
-
-        def work(conn: psycopg.Connection[Any]) -> OfferOutcome:
-            return self._offer_on(conn, params, True, lead_ms)
-
-        return self.db.run(work)
 
     # -- poll / ack -------------------------------------------------------------------
 

@@ -226,7 +226,7 @@ def test_worker_hub_wakes_on_notify_and_on_the_due_timer(
     assert -0.05 <= ran[later.id] - eta < 0.5, ran[later.id] - eta
 
 
-IDLE_WINDOW_S = 10.0
+IDLE_WINDOW_S = 5.0
 #: PostgreSQL publishes a backend's counters at most once a second while it is busy, and at the
 #: latest 10 s after it went idle: let the worker's start-up burst land before the window opens.
 STATS_SETTLE_S = 10.0

@@ -50,6 +50,7 @@ def test_unlogged_on_off_and_unset(kombu_connect: Connect, kombu_db: str, kombu_
         round_trip(conn)
 
 
+@pytest.mark.alone
 def test_unlogged_rows_write_no_wal(kombu_connect: Connect, kombu_db: str):
     """What the mode is for: publishes into an unlogged table write no WAL for the row and its
     four index entries, where logged ones write hundreds of bytes each. Measured as the WAL

@@ -222,27 +222,19 @@ def test_a_direct_listen_url_brings_push_wakeups_back(transaction_bouncer: PgBou
             listener.close()
 
 
-#: The slice of the suite run through PgBouncer in transaction pooling, one or a few tests per
-#: feature (the whole tiers through it would double the suite's time): the Celery transport
-#: end to end (publish, countdowns, poll, ack, leases, kill -9, revoke, retries), beat,
-#: Dramatiq's broker and worker, the task service (the web page's and the CLI's), metrics, the
-#: bulk (Spark) path and a Spark job.
+#: The slice of the suite run through PgBouncer in transaction pooling, one test or file per
+#: path that talks to the database differently (the whole tiers through it would double the
+#: suite's time): the queue API with its replace, bulk and count paths; the Celery transport end
+#: to end (publish, countdowns, poll, ack, leases, kill -9); two beats installing the same
+#: ticks; Dramatiq's broker and many producers and consumers counted; the bulk (Spark) path.
 THROUGH_POOLER = [
     "tests/integration/test_queue.py",
-    "tests/integration/test_beat_scheduler.py",
     "tests/integration/test_dramatiq_broker.py",
-    "tests/integration/test_health_and_metrics.py::test_metrics_endpoint_reports_the_holder_over_http",
-    "tests/integration/test_tasks.py",
     "tests/integration/test_bulk.py",
-    "tests/integration/test_spark.py::test_key_column_priority_and_countdown",
     "tests/acceptance/test_transport_basic.py",
     "tests/acceptance/test_transport_countdowns.py::test_eta_and_countdown_run_on_time_never_early",
-    "tests/acceptance/test_transport_countdowns.py::test_revoking_a_scheduled_task_deletes_its_row",
     "tests/acceptance/test_transport_delivery.py::test_sigkill_redelivers_within_one_lease",
-    "tests/acceptance/test_transport_delivery.py::test_acks_late_row_stays_leased_while_task_runs",
     "tests/acceptance/test_beat_processes.py::test_two_beats_every_tick_runs_exactly_once",
-    "tests/acceptance/test_dramatiq_worker.py::"
-    "test_worker_runs_queues_delays_retries_limits_callbacks_and_compositions",
     "tests/acceptance/test_dramatiq_worker.py::"
     "test_many_producers_and_consumers_lose_and_duplicate_nothing[unbuffered]",
 ]
