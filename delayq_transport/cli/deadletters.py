@@ -84,9 +84,7 @@ def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
 @click.pass_obj
 def requeue_cmd(obj: Context, ident: str, as_json: bool) -> None:
     """Back to its queue, due now, retries reset."""
-    with _service(obj) as svc:
-        result = svc.requeue(ident)
-    _emit(result) if as_json else console.print(result["detail"], markup=False)
+    _change(obj, ident, as_json, "requeue")
 
 
 @dead_letters_group.command("delete")
@@ -95,6 +93,11 @@ def requeue_cmd(obj: Context, ident: str, as_json: bool) -> None:
 @click.pass_obj
 def delete_cmd(obj: Context, ident: str, as_json: bool) -> None:
     """Delete one dead letter for good."""
+    _change(obj, ident, as_json, "delete")
+
+
+def _change(obj: Context, ident: str, as_json: bool, action: str) -> None:
+    """``requeue`` or ``delete`` of the service, reported as JSON or its one-line detail."""
     with _service(obj) as svc:
-        result = svc.delete(ident)
+        result = getattr(svc, action)(ident)
     _emit(result) if as_json else console.print(result["detail"], markup=False)

@@ -3,6 +3,7 @@ outcomes read from the app's result backend; pages and their JSON API."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 from urllib.parse import urlencode
@@ -82,14 +83,20 @@ def _back(result: dict[str, Any]) -> Response:
     return RedirectResponse(where, status_code=303)
 
 
-async def requeue(request: Request, body: dict[str, str]) -> Response:
-    st = state(request)
-    return _back(await st.call(dead_letters(st).requeue, request.path_params["ident"]))
+def _change(action: str, respond: Callable[[dict[str, Any]], Response]
+            ) -> Callable[[Request, dict[str, str]], Awaitable[Response]]:
+    """A state change of one dead letter (``requeue``/``delete`` of the service), answered as a
+    page redirect or as JSON: the same call behind the page's buttons and the API."""
+
+    async def endpoint(request: Request, body: dict[str, str]) -> Response:
+        st = state(request)
+        return respond(await st.call(getattr(dead_letters(st), action),
+                                     request.path_params["ident"]))
+
+    return endpoint
 
 
-async def delete(request: Request, body: dict[str, str]) -> Response:
-    st = state(request)
-    return _back(await st.call(dead_letters(st).delete, request.path_params["ident"]))
+requeue, delete = _change("requeue", _back), _change("delete", _back)
 
 
 async def outcome_page(request: Request) -> Response:
@@ -126,14 +133,7 @@ async def api_show(request: Request) -> Response:
     return JSONResponse(letter.as_dict(full=True))
 
 
-async def api_requeue(request: Request, body: dict[str, str]) -> Response:
-    st = state(request)
-    return JSONResponse(await st.call(dead_letters(st).requeue, request.path_params["ident"]))
-
-
-async def api_delete(request: Request, body: dict[str, str]) -> Response:
-    st = state(request)
-    return JSONResponse(await st.call(dead_letters(st).delete, request.path_params["ident"]))
+api_requeue, api_delete = _change("requeue", JSONResponse), _change("delete", JSONResponse)
 
 
 async def api_outcome(request: Request) -> Response:
