@@ -203,19 +203,20 @@ def test_acks_from_many_threads_are_all_applied(kombu_connect: Connect, stored: 
     assert sorted(m.payload for m in got) == list(range(n))
 
 
-def _publishing_pool(kombu_db: str, table: str) -> str:
+def _publishing_pool(kombu_db: str, table: str, since: Any) -> str:
     """The pool (application_name) of the connection whose last statement inserted into
     ``table`` (or announced the insert after its commit, on the same connection:
     core/announce.py): pools differ only in ``synchronous_commit``, so this is the durability
-    used."""
+    used. Only sessions opened ``since`` count: a closed pool's backend of an earlier test can
+    linger in pg_stat_activity for a moment after its client left."""
     with psycopg.connect(kombu_db, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT application_name, current_setting('synchronous_commit') FROM pg_stat_activity"
             " WHERE (query ~ ('^(WITH ins AS \\(\\s*)?INSERT INTO ' || %s)"
             "        OR query ~ '^SELECT set_config\\(''synchronous_commit'', ''off'', true\\), "
             "pg_notify')"
-            " AND pid <> pg_backend_pid()",
-            (f'"{table}"',)).fetchall()
+            " AND pid <> pg_backend_pid() AND backend_start >= %s",
+            (f'"{table}"', since)).fetchall()
     names = {name for name, _ in rows}
     assert len(names) == 1, rows
     return names.pop()
@@ -231,9 +232,11 @@ def test_publish_durability_follows_durable_publish(
 ):
     """Default publishes commit without the WAL flush wait (Redis-like durability);
     ``durable_publish=True`` sends them through the pool that waits for it."""
+    with psycopg.connect(kombu_db) as clock:
+        since = clock.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
     with kombu_connect(**options) as conn, closing(conn.SimpleQueue("durability")) as q:
         q.put("m")
-        assert _publishing_pool(kombu_db, kombu_table) == pool
+        assert _publishing_pool(kombu_db, kombu_table, since) == pool
         backend = conn.transport.backend
         got = backend.db.run(lambda c: c.execute("SHOW synchronous_commit").fetchone()[0],
                              relaxed=pool == "delayq-relaxed")
