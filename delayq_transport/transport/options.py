@@ -95,8 +95,9 @@ TRANSPORT_OPTIONS = Options(
     Option("max_message_size", 64 * 1024 * 1024, "bytes",
            "Larger messages are refused with an error naming the size.", shown="64 MiB"),
     Option("binding_ttl", 60.0, "seconds",
-           "A fanout queue whose consumer was not seen for this long gets no more broadcasts; "
-           "auto-delete queues unseen for 10× this are removed with their rows."),
+           "A fanout queue whose consumer was not seen for this long gets no more broadcasts "
+           "(consumers refresh their bindings every 15 s: keep it above that). Auto-delete "
+           "queues unseen for 10 minutes are removed with their rows."),
 )
 
 DEFAULT_ACQUIRE_TIMEOUT_S: float = TRANSPORT_OPTIONS.default("acquire_timeout")
