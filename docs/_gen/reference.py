@@ -124,7 +124,8 @@ def fmt_default(value: Any) -> str:
 def fmt_param(p: inspect.Parameter) -> str:
     """``name: annotation = default`` as the source spells it (annotations are strings under
     ``from __future__ import annotations``)."""
-    text = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name
+    stars: dict[inspect._ParameterKind, str] = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}
+    text = stars.get(p.kind, "") + p.name
     if p.annotation is not p.empty:
         annotation = p.annotation if isinstance(p.annotation, str) else \
             inspect.formatannotation(p.annotation)
