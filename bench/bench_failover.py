@@ -16,9 +16,9 @@ kill (a loss grows with the rate at the kill). Per round it prints acknowledged 
 those lost (acknowledged by ``apply_async``, never run), the loss window (lost / the burst's
 rate: how many milliseconds of publishes were lost), tasks run twice, and the recovery:
 promotion -> first task run on the new primary, and -> first publish acknowledged. Raw
-numbers go to ``bench/results/failover.json``; the figures are quoted in
-``docs/operations.md`` (*Deploying*). Needs PostgreSQL's binaries (``DELAYQ_PG_BIN``) and
-root or the ``postgres`` account.
+numbers go to ``bench/results/failover.json`` and the "Failover" section of
+docs/benchmarks.md (``--no-docs``: not the page). Needs PostgreSQL's binaries
+(``DELAYQ_PG_BIN``) and root or the ``postgres`` account.
 
     python bench/bench_failover.py [--rounds 3] [--rate 100] [--burst 0.4] [--outage 1]
 """
@@ -42,11 +42,15 @@ sys.path.insert(0, str(BENCH.parent))
 
 from _common import (  # noqa: E402
     DEFAULT_ADMIN_URL,
+    command_line,
     console,
     fresh_database,
     git_revision,
     machine_info,
     markdown_table,
+    prose,
+    replace_section,
+    run_line,
     write_results,
 )
 from celery import Celery  # noqa: E402
@@ -140,6 +144,7 @@ def main() -> None:
     parser.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL)
     parser.add_argument("--no-write", action="store_true", help="only print")
+    parser.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args()
     # A stopped run still stops its clusters and processes (the drill's finally blocks).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -164,11 +169,30 @@ def main() -> None:
     table = report(rounds)
     console.print(table)
     if not args.no_write:
-        path = write_results("failover", {
-            "revision": git_revision(), "machine": machine, "rate_per_s": args.rate,
-            "outage_s": args.outage, "rounds": rounds, "table": table})
+        data = {"command": command_line(), "revision": git_revision(), "machine": machine,
+                "rate_per_s": args.rate, "outage_s": args.outage, "rounds": rounds,
+                "table": table}
+        path = write_results("failover", data)
         console.print(f"wrote {path}")
+        if not args.no_docs:
+            replace_section("failover", section(data))
 
+
+def section(data: dict[str, Any]) -> str:
+    """The "Failover" section of docs/benchmarks.md, from ``failover.json`` alone."""
+    command = data.get("command") or "python bench/bench_failover.py"
+    how = prose(f"""A primary killed (`kill -9` of its postmaster) under load and its standby
+promoted {data.get("outage_s", 1):g} s later, rounds of the setups interleaved: a real `celery
+worker`, `celery beat -S delayq_beat.Scheduler` and a producer thread on the multi-host URL
+with `target_session_attrs=read-write`. The producer publishes {data.get("rate_per_s", 100):g}/s,
+unpaced for the 0.4 s before the kill. *Lost*: acknowledged by `apply_async`, never run; *loss
+window*: lost / the publishing rate at the kill; *run twice*: tasks executed twice; *recovery*:
+promotion to the first task run on the promoted standby. Setups: `sync` or `async` replication
+(`synchronous_standby_names` naming the standby or not), `durable` (the transport options
+`durable_publish` and `durable_acks`) or the `defaults`. The primary and standby flush for real
+(`fsync = on`).""")
+    head = run_line(command, data.get("revision"), data.get("finished_at"), data.get("machine"))
+    return f"## Failover\n\n{head}\n\n{report(data['rounds'])}\n\n{how}"
 
 if __name__ == "__main__":
     main()

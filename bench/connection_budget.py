@@ -10,7 +10,8 @@ its pool (``application_name`` ``delayq`` / ``delayq-relaxed``), LISTEN, or othe
 
     python bench/connection_budget.py [--pool-size 4] [--single-pool] [--tasks 2000]
 
-The figures are the connection budget of ``docs/operations.md`` (*Deploying*).
+Raw numbers go to ``bench/results/connection_budget[_single_pool].json`` and their section of
+docs/benchmarks.md (``--no-docs``: not the page).
 """
 
 from __future__ import annotations
@@ -36,10 +37,14 @@ sys.path.insert(0, str(BENCH.parent))
 
 from _common import (  # noqa: E402
     DEFAULT_ADMIN_URL,
+    command_line,
     console,
     fresh_database,
     git_revision,
     markdown_table,
+    prose,
+    replace_section,
+    run_line,
     write_results,
 )
 from topology.clusters import free_port, wait_for  # noqa: E402
@@ -118,6 +123,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args()
     options: dict[str, Any] = {"polling_interval": 1}
     if args.pool_size:
@@ -198,10 +204,28 @@ def main() -> None:
     console.print(table)
     if not args.no_write:
         name = "connection_budget" + ("_single_pool" if args.single_pool else "")
-        write_results(name, {"revision": git_revision(), "options": options,
-                                            "tasks": args.tasks, "processes": raw,
-                                            "table": table})
+        data = {"command": command_line(), "revision": git_revision(), "options": options,
+                "tasks": args.tasks, "processes": raw, "table": table}
+        write_results(name, data)
+        if not args.no_docs:
+            replace_section(name, section(data))
 
+
+def section(data: dict[str, Any]) -> str:
+    """A section of docs/benchmarks.md from one ``connection_budget*.json`` alone."""
+    options = data.get("options", {})
+    single = bool(options.get("single_pool"))
+    command = data.get("command") or "python bench/connection_budget.py" + (
+        " --single-pool --pool-size 2" if single else "")
+    shown = ", ".join(f"`{k}={v!r}`" for k, v in sorted(options.items()))
+    how = prose(f"""One process of each kind against one database while {data.get("tasks", 0):,}
+tasks run (half of them published from a prefork pool child), transport options {shown};
+`pg_stat_activity` sampled every 0.2 s, each backend mapped to the process holding it: the most
+each process held at once, per pool (`delayq`: flushed commits, `delayq-relaxed`: relaxed ones,
+LISTEN), and what it still held once the load stopped.""")
+    head = run_line(command, data.get("revision"), data.get("finished_at"), data.get("machine"))
+    title = "Connections per process" + (", single_pool" if single else "")
+    return f"## {title}\n\n{head}\n\n{data['table']}\n\n{how}"
 
 def _browse(port: int, stop: threading.Event) -> None:
     """Keep ``delayq web`` answering: its pages and API run counts on its pool."""

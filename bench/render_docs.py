@@ -4,6 +4,7 @@ Every benchmark writes its section of the page from its results file
 (``bench/results/<name>.json``) and nothing else, with the same ``section(data)`` this calls.
 After changing what a writer shows, this brings the page in line with it without re-running a
 benchmark; ``--check`` only says whether the page and the writers agree (exit status 1 if not).
+README's comparison table is rendered from the same results (``_readme.py``).
 
     python bench/render_docs.py [--check] [SECTION ...]
 """
@@ -13,8 +14,11 @@ from __future__ import annotations
 import importlib
 import sys
 
+import _readme
 import click
 from _common import BENCHMARKS_MD, REPO_ROOT, console, load_results, with_section
+
+README = REPO_ROOT / "README.md"
 
 #: Section name -> the module whose ``section(data)`` writes it (its results file has the
 #: section's name).
@@ -30,7 +34,12 @@ SECTIONS = {
     "churn_snapshot": "bench_churn",
     "scale": "bench_scale",
     "scale_snapshot": "_scale_snapshot",
+    "failover": "bench_failover",
+    "connection_budget": "connection_budget",
+    "connection_budget_single_pool": "connection_budget",
 }
+#: README's comparison table: its own writer, from several results files.
+README_SECTION = "readme"
 
 
 @click.command()
@@ -49,9 +58,16 @@ def main(names: tuple[str, ...], check: bool) -> None:
         if changed != text:
             console.print(f"{name}: {'differs' if check else 'rewritten'}")
         text = changed
+    readme_before = readme = README.read_text()
+    if not names:
+        readme = with_section(readme, README_SECTION, _readme.section(
+            {name: load_results(name) for name in _readme.SOURCES}))
+        if readme != readme_before:
+            console.print(f"README.md: {'differs' if check else 'rewritten'}")
     if check:
-        sys.exit(int(text != before))
+        sys.exit(int(text != before or readme != readme_before))
     BENCHMARKS_MD.write_text(text)
+    README.write_text(readme)
     console.print(f"{BENCHMARKS_MD.relative_to(REPO_ROOT)}: {len(text.splitlines())} lines")
 
 

@@ -1,8 +1,8 @@
 """delayq_beat: a Celery beat scheduler that installs occurrences into delayed_queue ahead of time.
 
 ``celery -A proj beat -S delayq_beat.Scheduler`` (or ``-S delayq`` through the
-``celery.beat_schedulers`` entry point). Importing the package registers the beat tables'
-migration (version 10) with :mod:`delayq_transport.core.schema`. See docs/beat.md.
+``celery.beat_schedulers`` entry point). Its two tables come with the core's migration 10
+(``delayq migrate``, or the first open of the queue). See docs/how-to/beat.md.
 """
 
 from __future__ import annotations

@@ -138,9 +138,10 @@ def _schedule(every: float | None, cron: str | None, solar: str | None) -> Any:
 @click.option("--kwargs", "kwargs_json", help="JSON object of keyword arguments")
 @click.option("--options", "options_json", help="JSON object of apply_async options")
 @click.option("--queue", help="Queue (default: task_default_queue of the beat's app)")
-@click.option("--priority", type=click.IntRange(0, 9))
+@click.option("--priority", type=click.IntRange(0, 9), help="Message priority (0 is served first)")
 @click.option("--expires", type=float, help="Seconds after each occurrence")
-@click.option("--misfire", type=click.Choice(["coalesce", "run_all", "skip"]))
+@click.option("--misfire", type=click.Choice(["coalesce", "run_all", "skip"]),
+              help="Misfire policy (default: the beat's delayq_beat_misfire)")
 @click.option("--grace", type=float, help="Seconds late before an occurrence misfired")
 @click.option("--disabled", is_flag=True, help="Store it disabled")
 @click.pass_obj

@@ -4,7 +4,7 @@ Everything here is pure (no database, no broker), so every beat process computes
 ``{entry}/{configHash}/{UTC epoch ms}`` for the same configuration; the unique index on the
 key then makes the first insert win. Occurrences are UTC instants, whatever the time zone.
 
-Time rules (documented in docs/beat.md):
+Time rules (documented in docs/how-to/beat.md):
 
 * interval entries (``timedelta``/``schedule``) fire on multiples of the period since the Unix
   epoch, so independent processes agree without sharing a start time;

@@ -6,18 +6,8 @@ every ``delayq_beat_refresh_interval`` it writes the coming occurrences of every
 ``delayq+postgresql://`` broker pick them up at their time. Any number of beats may run; a beat
 that stops leaves a horizon of installed occurrences behind that still run on time.
 
-Settings (``app.conf``), with defaults:
-
-* ``delayq_beat_refresh_interval`` (60 s): how often entries are re-read and installed;
-* ``delayq_beat_horizon`` (3600 s): how far ahead occurrences are installed, at least two
-  refresh intervals and at least ``delayq_beat_min_occurrences`` (3) occurrences;
-* ``delayq_beat_misfire`` ("coalesce") and ``delayq_beat_misfire_grace`` (60 s): the default
-  misfire policy, overridable per entry with options ``delayq_misfire`` / ``delayq_grace``;
-* ``delayq_beat_database_url`` (default: the broker URL) and ``delayq_beat_table``
-  (default: ``broker_transport_options['table']`` or ``delayed_queue``);
-* ``delayq_beat_pool_size`` (2): most connections beat opens (on first use);
-* ``delayq_beat_check_tasks`` (True): refuse entries naming a task the app does not know,
-  when the app has user tasks registered (else only warn).
+Settings (``app.conf``): :data:`delayq_beat.conf.BEAT_SETTINGS` declares each with its default
+(rendered in docs/reference/beat-settings.md).
 """
 
 from __future__ import annotations
@@ -36,35 +26,29 @@ from delayq_transport.core.errors import DelayqError, InvalidInput
 from delayq_transport.core.queue import DelayedQueue
 from delayq_transport.transport import message as messages
 
-from .entries import DEFAULT_GRACE_S, DEFAULT_MISFIRE, EntrySpec, make_spec
+from .conf import setting
+from .entries import EntrySpec, make_spec
 from .installer import Installer, RefreshReport, Route, Settings
 from .store import BeatStore
 
 log = logging.getLogger("delayq_beat")
 
-#: Most connections beat's pool opens (on first use): a refresh runs one statement at a time.
-DEFAULT_POOL_SIZE = 2
 #: After a failed refresh (database down), try again this soon rather than a full interval.
 RETRY_AFTER_FAILURE_S = 5.0
 
 
-def _conf(app: Any, name: str, default: Any) -> Any:
-    value = app.conf.get(name)
-    return default if value is None else value
-
-
 def settings_from(app: Any) -> Settings:
-    def seconds(name: str, default: float) -> timedelta:
-        value = _conf(app, name, default)
+    def seconds(name: str) -> timedelta:
+        value = setting(app, name)
         value = value if isinstance(value, timedelta) else timedelta(seconds=float(value))
         if value <= timedelta(0):
             raise ImproperlyConfigured(f"{name} must be positive, got {value}")
         return value
 
     return Settings(
-        refresh_interval=seconds("delayq_beat_refresh_interval", 60.0),
-        horizon=seconds("delayq_beat_horizon", 3600.0),
-        min_occurrences=max(1, int(_conf(app, "delayq_beat_min_occurrences", 3))),
+        refresh_interval=seconds("delayq_beat_refresh_interval"),
+        horizon=seconds("delayq_beat_horizon"),
+        min_occurrences=max(1, int(setting(app, "delayq_beat_min_occurrences"))),
     )
 
 
@@ -72,7 +56,7 @@ def database_url(app: Any) -> str:
     """The broker URL unless told otherwise. A failover list (Celery's ``broker_url`` as a
     list, or ``a;b``) is kept whole: the Database turns it into one libpq multi-host URL, so
     beat follows a failover as the workers do (it took only the first URL before issue 26)."""
-    url = _conf(app, "delayq_beat_database_url", None) or app.conf.broker_write_url \
+    url = setting(app, "delayq_beat_database_url") or app.conf.broker_write_url \
         or app.conf.broker_url
     if isinstance(url, list | tuple):
         url = ";".join(str(u) for u in url) if url else None
@@ -85,7 +69,7 @@ def database_url(app: Any) -> str:
 
 def table_name(app: Any) -> str:
     options = app.conf.broker_transport_options or {}
-    return str(_conf(app, "delayq_beat_table", None) or options.get("table") or "delayed_queue")
+    return str(setting(app, "delayq_beat_table") or options.get("table") or "delayed_queue")
 
 
 class Scheduler(beat.Scheduler):
@@ -120,7 +104,7 @@ class Scheduler(beat.Scheduler):
 
     def _open(self) -> None:
         url, table = database_url(self.app), table_name(self.app)
-        pool_size = int(_conf(self.app, "delayq_beat_pool_size", DEFAULT_POOL_SIZE))
+        pool_size = int(setting(self.app, "delayq_beat_pool_size"))
         queue = DelayedQueue(Database(url, min_size=0, max_size=pool_size), table=table)
         queue._owns_db = True
         store = BeatStore(queue.db, table)  # registers and applies migration 10
@@ -172,9 +156,8 @@ class Scheduler(beat.Scheduler):
 
     def _spec_defaults(self) -> dict[str, Any]:
         return {
-            "default_misfire": _conf(self.app, "delayq_beat_misfire", DEFAULT_MISFIRE),
-            "default_grace_s": float(_conf(self.app, "delayq_beat_misfire_grace",
-                                           DEFAULT_GRACE_S)),
+            "default_misfire": setting(self.app, "delayq_beat_misfire"),
+            "default_grace_s": float(setting(self.app, "delayq_beat_misfire_grace")),
         }
 
     def config_specs(self) -> dict[str, EntrySpec | Exception]:
@@ -193,7 +176,7 @@ class Scheduler(beat.Scheduler):
 
     def check_task(self, spec: EntrySpec) -> None:
         """Unknown task: an error when the app's registry holds user tasks, else a warning."""
-        if not _conf(self.app, "delayq_beat_check_tasks", True) or spec.task in self.app.tasks:
+        if not setting(self.app, "delayq_beat_check_tasks") or spec.task in self.app.tasks:
             return
         if any(not name.startswith("celery.") for name in self.app.tasks):
             raise InvalidInput(f"beat entry {spec.name!r}: unknown task {spec.task!r} (not in "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
 import uuid
@@ -49,6 +50,7 @@ _MAKING = ["(no test)"]
 _database_init = Database.__init__
 
 
+@functools.wraps(_database_init)  # keeps the real signature (docs/_gen/reference.py reads it)
 def _tracked_init(self: Database, *args: Any, **kwargs: Any) -> None:
     _database_init(self, *args, **kwargs)
     where = "".join(f for f in traceback.format_stack()[:-1] if "/site-packages/" not in f)

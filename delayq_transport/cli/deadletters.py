@@ -33,7 +33,8 @@ def dead_letters_group() -> None:
 
 @dead_letters_group.command("list")
 @click.option("--queue", "-Q", help="Dramatiq queue name (default: every queue)")
-@click.option("--limit", "-n", type=click.IntRange(1, 500), default=50, show_default=True)
+@click.option("--limit", "-n", type=click.IntRange(1, 500), default=50, show_default=True,
+              help="Dead letters per page")
 @click.option("--cursor", help="Continue after a previous page (printed at its end)")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
 @click.pass_obj
@@ -63,7 +64,7 @@ def list_cmd(obj: Context, queue: str | None, limit: int, cursor: str | None,
 @dead_letters_group.command("show")
 @click.argument("ident")
 @click.option("--hide-args", is_flag=True, help="Do not show the message's arguments")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
 @click.pass_obj
 def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
     """One dead letter by row id, with its traceback."""
@@ -80,7 +81,7 @@ def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
 
 @dead_letters_group.command("requeue")
 @click.argument("ident")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
 @click.pass_obj
 def requeue_cmd(obj: Context, ident: str, as_json: bool) -> None:
     """Back to its queue, due now, retries reset."""
@@ -89,7 +90,7 @@ def requeue_cmd(obj: Context, ident: str, as_json: bool) -> None:
 
 @dead_letters_group.command("delete")
 @click.argument("ident")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
 @click.pass_obj
 def delete_cmd(obj: Context, ident: str, as_json: bool) -> None:
     """Delete one dead letter for good."""

@@ -123,7 +123,8 @@ def _start_web(queue: DelayedQueue, port: int) -> Any:
 @click.option("--keep-worker", is_flag=True, help="Leave the worker running after the demo.")
 @click.option("--web/--no-web", default=True, show_default=True,
               help="Serve the web page during the demo and print its URL.")
-@click.option("--web-port", default=8377, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--web-port", default=8377, show_default=True, type=click.IntRange(0, 65535),
+              help="Port of the web page")
 @click.option("--linger", type=click.FloatRange(0, 3600), default=None,
               help="Seconds to keep the page up after the demo (default: 20 on a terminal)")
 @click.pass_obj

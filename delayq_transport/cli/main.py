@@ -131,7 +131,7 @@ def migrate_cmd(obj: Context) -> None:
 @click.pass_obj
 def status_cmd(obj: Context, as_json: bool, exact: bool, cap: int) -> None:
     """Per queue/kind: due, scheduled, in flight, redelivered, lag, next due; then what holds
-    back cleanup, dead tuples and bloat, with warnings (thresholds: docs/operations.md)."""
+    back cleanup, dead tuples and bloat, with warnings (thresholds: docs/how-to/monitor.md)."""
     with obj.queue() as queue:
         if not as_json:  # the URL as the worker banner shows it, password masked (issue 26)
             console.print(f"database {mask_password(queue.db.url)}", style="dim", markup=False,

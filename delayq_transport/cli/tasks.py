@@ -66,7 +66,8 @@ def tasks_group() -> None:
 
 @tasks_group.command("list")
 @filter_options
-@click.option("--limit", "-n", type=click.IntRange(1, 500), default=50, show_default=True)
+@click.option("--limit", "-n", type=click.IntRange(1, 500), default=50, show_default=True,
+              help="Tasks per page")
 @click.option("--cursor", help="Continue after a previous page (printed at its end)")
 @click.option("--hide-args", is_flag=True, help="Do not show task arguments")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
@@ -100,7 +101,7 @@ def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool, as_j
 @tasks_group.command("show")
 @click.argument("ident")
 @click.option("--hide-args", is_flag=True, help="Do not show task arguments")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
 @click.pass_obj
 def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
     """One task by task id (or row id): the decoded message, row state and lease holder."""
@@ -128,7 +129,7 @@ def _done(as_json: bool, data: dict[str, Any], text: str) -> None:
 @click.argument("ident", required=False)
 @filter_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before a bulk cancel")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
 @click.pass_obj
 def cancel_cmd(obj: Context, ident: str | None, yes: bool, as_json: bool, **kw: Any) -> None:
     """Cancel one task (ID), or every waiting match of the filters (asks first).
@@ -161,7 +162,7 @@ def cancel_cmd(obj: Context, ident: str | None, yes: bool, as_json: bool, **kw: 
 @click.argument("ident")
 @click.option("--at", "at", help="New ETA, ISO-8601 (naive = UTC)")
 @click.option("--in", "delay", help="New ETA from now: 90s, 15m, 2h, 1d")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
 @click.pass_obj
 def reschedule_cmd(obj: Context, ident: str, at: str | None, delay: str | None,
                    as_json: bool) -> None:
@@ -176,7 +177,7 @@ def reschedule_cmd(obj: Context, ident: str, at: str | None, delay: str | None,
 
 @tasks_group.command("run-now")
 @click.argument("ident")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
 @click.pass_obj
 def run_now_cmd(obj: Context, ident: str, as_json: bool) -> None:
     """Make a waiting task due now: the next free worker runs it."""
@@ -191,7 +192,7 @@ def run_now_cmd(obj: Context, ident: str, as_json: bool) -> None:
 def search_index_cmd(obj: Context, action: str) -> None:
     """Opt-in trigram index that makes argument search answer at once on big tables.
 
-    Publishing pays for its entries (see docs/web.md); without it a search scans in slices.
+    Publishing pays for its entries (see docs/benchmarks.md); without it a search scans in slices.
     ``create`` builds it CONCURRENTLY (publishing goes on) and needs the pg_trgm extension.
     """
     with obj.queue() as queue:

@@ -15,8 +15,8 @@ gathers; the first publish after the window's end sends it along with its own, a
 publish comes, the announcer's thread sends it at the window's end on an idle pooled
 connection. Either way one notification per kind, carrying the earliest ``scheduledAt``: the
 low watermark of every consumer (core/watermark.py) still drops below every new row. Never a
-connection of its own: a publishing process holds what it held (docs/operations.md,
-*Connection sizing*). The same coalescing as River's notify limiter (100 ms) and pgmq's
+connection of its own: a publishing process holds what it held (docs/how-to/managed-service.md,
+*Connections*). The same coalescing as River's notify limiter (100 ms) and pgmq's
 throttle (250 ms), with a window short enough for the pick-up latency target.
 
 Should the process die between a commit and its announcement, the consumers find the row on

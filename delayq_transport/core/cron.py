@@ -99,6 +99,7 @@ class DailySchedule:
             raise InvalidInput("a DailySchedule needs at least one time of day")
 
     def occurrences(self, after: datetime, until: datetime) -> list[datetime]:
+        """Occurrences in ``(after, until]``, as UTC instants."""
         local_day = after.astimezone(self.zone).date() - timedelta(days=1)
         result: list[datetime] = []
         while True:
@@ -138,9 +139,11 @@ class CronHandle:
             self._stop.wait(interval_s)
 
     def wait_first_run(self, timeout: float | None = None) -> bool:
+        """Block until the first install ran (True) or ``timeout`` passed (False)."""
         return self._first_done.wait(timeout)
 
     def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop installing; the rows already installed stay and run."""
         self._stop.set()
         self._thread.join(timeout)
 
@@ -186,6 +189,7 @@ class CronService:
         return self.queue.db.execute(self.queue.queries["cron_uninstall"], patterns)
 
     def installed(self, key_prefix: str, limit: int = 100) -> list[StoredMessage]:
+        """The waiting rows of ``key_prefix`` (any configuration), soonest first."""
         params = self._patterns(validate_prefix(key_prefix), "") | {"limit": limit}
         rows = self.queue.db.fetchall(self.queue.queries["cron_list"], params)
         return [StoredMessage.from_row(r) for r in rows]

@@ -79,6 +79,7 @@ class RetryPolicy:
     max_delay_s: float = 2.0
 
     def delays(self) -> Iterator[float]:
+        """The waits between attempts, jittered."""
         delay = self.initial_delay_s
         for _ in range(self.attempts - 1):
             yield delay * (0.5 + random.random() / 2)
@@ -119,8 +120,8 @@ class Database:
         """``single_pool``: relaxed statements (see :attr:`relaxed_pool`) run on the one pool
         instead of a second one, each in a transaction opened with the relaxed settings as
         ``SET LOCAL``: a publishing process then holds one connection, for a tight connection
-        budget (two round trips more per relaxed operation; docs/operations.md, *Deploying*).
-        ``pooling`` and ``listen_url``: see :meth:`_probe` and docs/operations.md."""
+        budget (two round trips more per relaxed operation; docs/how-to/managed-service.md).
+        ``pooling`` and ``listen_url``: see :meth:`_probe` and docs/how-to/pgbouncer.md."""
         self.url = normalize_url(url)
         #: Where LISTEN connects: a direct URL past a transaction pooler restores push wake-ups.
         self.listen_url = normalize_url(listen_url) if listen_url else self.url
@@ -300,12 +301,14 @@ class Database:
     def fetchall(
         self, query: str, params: dict[str, Any] | None = None, *, relaxed: bool = False
     ) -> list[tuple[Any, ...]]:
+        """Run one statement; return its rows."""
         def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
             return cursor_of(conn).execute(query, params).fetchall()
 
         return self.run(work, relaxed=relaxed)
 
     def fetchone(self, query: str, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+        """Run one statement; return its first row (None if none)."""
         def work(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
             return cursor_of(conn).execute(query, params).fetchone()
 
@@ -321,6 +324,7 @@ class Database:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` ran."""
         return self._closed
 
     @property
@@ -329,6 +333,7 @@ class Database:
         return self._relaxed_pool is not None
 
     def close(self) -> None:
+        """Close the pools (idempotent)."""
         with self._lock:
             if not self._closed:
                 self._closed = True

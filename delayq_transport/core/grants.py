@@ -1,7 +1,7 @@
 """Least-privilege roles: the GRANTs each kind of role needs (``delayq grants``).
 
 Only ``delayq migrate`` needs DDL; the statements themselves live in ``queries.sql`` (blocks
-``grant_*``), rendered here per role with quoted identifiers. See docs/operations.md.
+``grant_*``), rendered here per role with quoted identifiers. See docs/how-to/roles.md.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ROLE_PROFILES: dict[str, tuple[str, ...]] = {
 
 
 def grants_for(profile: str, *, table: str, role: str, schema: str = "public") -> list[str]:
-    """Every GRANT a role of this profile needs on ``schema`` (see docs/operations.md)."""
+    """Every GRANT a role of this profile needs on ``schema`` (see docs/how-to/roles.md)."""
     if profile not in ROLE_PROFILES:
         raise InvalidInput(f"unknown role profile {profile!r}: one of {sorted(ROLE_PROFILES)}")
     return [s for block in ROLE_PROFILES[profile]

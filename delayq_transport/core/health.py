@@ -7,7 +7,7 @@ them only once no snapshot can still see them, so the oldest transaction of the 
 of the cluster (a standby with ``hot_standby_feedback``, a replication slot) decides how many
 dead entries each poll walks. :func:`check_health` names those holders (pid, application, age)
 and measures dead tuples and bloat, and :func:`assess` turns them into warnings with the
-thresholds below (documented in docs/operations.md). Nothing here reads the queue table itself;
+thresholds below (documented in docs/how-to/monitor.md). Nothing here reads the queue table itself;
 ``pgstattuple`` is not needed (bloat is an estimate from pg_class/pg_stats, labelled as such).
 """
 

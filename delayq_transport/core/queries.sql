@@ -86,7 +86,7 @@ FROM ins
 -- `lows` (one per kind, NULL = from the bottom) is the consumer's low watermark: no live due row
 -- is known below it, so the scan starts there, above the dead index entries that every acquire
 -- and ack leave at the low end of (pKind, scheduledAt) and that a held snapshot keeps alive
--- (docs/scale.md). A watermark above now (a clock stepped back) is ignored.
+-- (docs/explanation/scaling.md). A watermark above now (a clock stepped back) is ignored.
 -- Both scans start at a row comparison on ("pKind", "scheduledAt") and order by both columns:
 -- only that index can serve them, as an ordered scan that stops at LIMIT. The upper bound is
 -- scalar (`"pKind" = k.kind AND "scheduledAt" <= n.now`): PostgreSQL 15 does not stop a scan at
@@ -386,7 +386,7 @@ ON CONFLICT DO NOTHING
 SELECT c.relpersistence FROM pg_class AS c WHERE c.oid = {table_literal}::regclass
 
 -- table_set_unlogged --
--- Opt-in: no WAL for the queue table; a PostgreSQL crash empties it (see docs/transport.md).
+-- Opt-in: no WAL for the queue table; a PostgreSQL crash empties it (see docs/reference/transport-options.md).
 ALTER TABLE {table} SET UNLOGGED
 
 -- table_set_logged --
@@ -435,7 +435,7 @@ CREATE TRIGGER {insert_trigger} AFTER INSERT ON {table}
 -- queue_autovacuum --
 -- Migration 4: vacuum and analyze the queue table after ~1% of its rows changed (1,000 at
 -- least), not the default 20%: a queue churns a small due region on top of a large far-future
--- backlog, and its dead index entries are what each poll has to walk (docs/scale.md). Also
+-- backlog, and its dead index entries are what each poll has to walk (docs/explanation/scaling.md). Also
 -- analyzes a freshly bulk-loaded table soon. SHARE UPDATE EXCLUSIVE: it waits neither for DML
 -- nor for pg_dump's ACCESS SHARE, so it applies to a live table.
 ALTER TABLE {table} SET (
@@ -783,7 +783,7 @@ ON CONFLICT DO NOTHING
 SELECT task_id, state, at FROM delayq_demo_runs ORDER BY at
 
 -- Least-privilege GRANTs printed by `delayq grants` (never run by delayq itself). Blocks named
--- grant_* take {role} and {schema} as extra identifiers; see docs/operations.md.
+-- grant_* take {role} and {schema} as extra identifiers; see docs/how-to/roles.md.
 
 -- grant_admin --
 -- The one role that runs `delayq migrate`: it creates the tables, so it owns them (later

@@ -39,6 +39,22 @@ class DelayedQueue(Offering):
     """One partition (``kind``) of a ``delayed_queue`` table; thread-safe.
 
     Instances for other kinds of the same table share the pool via :meth:`with_kind`.
+
+    Parameters:
+      database: a libpq URL (the queue opens and closes its own pool) or a shared
+        ``Database``.
+      kind: the partition this queue offers to and polls (``pKind``).
+      table: the queue table (a validated identifier).
+      acquire_timeout: lease of a polled message (seconds or a timedelta); an unacknowledged
+        message is due again when it lapses.
+      clock: "now" for every statement instead of the database clock (tests).
+      ensure_schema: read the migrations ledger on open and migrate only what is missing.
+      pool_max_size: most connections of the pool made from a URL.
+      relaxed_consumer_commits: polls, acks, lease extensions and releases commit without
+        waiting for the WAL flush (a crash can then only redeliver).
+      low_watermark: start polls at this consumer's per-kind floor instead of the bottom of
+        the index; only sound for a consumer that feeds it NOTIFYs (the transports do).
+      full_rescan_interval: with ``low_watermark``, seconds between probes below the floor.
     """
 
     def __init__(
@@ -195,6 +211,7 @@ class DelayedQueue(Offering):
         return envelopes, next_due
 
     def ack(self, envelope: Envelope) -> int:
+        """Delete a delivered row, only if it is still held under this delivery's lock."""
         params = {"id": envelope.id, "lock": envelope.lock}
         return self.db.execute(self.queries["ack"], params, relaxed=self.relaxed)
 
@@ -294,13 +311,16 @@ class DelayedQueue(Offering):
     # -- inspection and maintenance ---------------------------------------------------
 
     def contains(self, key: str) -> bool:
+        """Whether a row with this key waits in this kind (or is in flight)."""
         return self.get(key) is not None
 
     def get(self, key: str) -> StoredMessage | None:
+        """The row with this key in this kind, or None."""
         row = self.db.fetchone(self.queries["get"], {"key": validate_key(key), "kind": self.kind})
         return None if row is None else StoredMessage.from_row(row)
 
     def delete(self, key: str) -> bool:
+        """Delete the row with this key in this kind, in flight or not; True if one was."""
         params = {"key": validate_key(key), "kind": self.kind}
         return self.db.execute(self.queries["delete"], params) > 0
 
@@ -326,6 +346,7 @@ class DelayedQueue(Offering):
         return int(row[0]) if row else 0
 
     def next_due(self, kinds: Sequence[str] | None = None) -> datetime | None:
+        """Earliest ``scheduledAt`` of the kinds as a datetime, leases included."""
         ms = self.next_due_ms(kinds)
         return None if ms is None else from_ms(ms)
 

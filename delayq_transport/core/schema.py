@@ -252,7 +252,7 @@ def ensure_schema(db: Database, table: str) -> list[int]:
         raise SchemaMissing(
             f"the schema of {table!r} is not current: missing migration(s) {names}. This role "
             f"cannot apply them ({exc}); run `delayq migrate` as a role that may run DDL (the "
-            "tables' owner), see `delayq grants` and docs/operations.md"
+            "tables' owner), see `delayq grants` and docs/how-to/roles.md"
         ) from exc
 
 

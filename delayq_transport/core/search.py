@@ -1,6 +1,6 @@
 """Text search over task arguments: a scan that keeps going by default, a trigram index opt-in.
 
-Measured on 5M rows (~4 GB, docs/web.md "Search"): any scan of the whole table takes seconds
+Measured on 5M rows (~4 GB, docs/benchmarks.md, web): any scan of the whole table takes seconds
 to minutes here (a byte search of every payload: 6-16 s; decoding them in SQL: minutes), so no
 scan can say "no match" within 5 s. Two modes, then:
 

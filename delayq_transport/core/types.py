@@ -49,6 +49,7 @@ class Envelope:
 
     @property
     def created_at(self) -> datetime:
+        """When the row was first inserted."""
         return from_ms(self.created_at_ms)
 
     def ack(self) -> bool:
@@ -75,10 +76,12 @@ class StoredMessage:
 
     @property
     def scheduled_at(self) -> datetime:
+        """When the row is due (for a row in flight: when its lease ends)."""
         return from_ms(self.scheduled_at_ms)
 
     @property
     def in_flight(self) -> bool:
+        """Whether a consumer holds the row (its lock is set)."""
         return self.lock is not None
 
 
@@ -100,4 +103,5 @@ class KindStatus:
 
     @property
     def next_due_at(self) -> datetime | None:
+        """The earliest ``scheduledAt`` of the kind, or None."""
         return None if self.next_due_at_ms is None else from_ms(self.next_due_at_ms)

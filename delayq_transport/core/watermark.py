@@ -4,7 +4,8 @@ Every acquire moves a row's ``scheduledAt`` (an indexed column, so no HOT update
 deletes it: each leaves a dead entry at the low end of the ``(pKind, scheduledAt)`` index, exactly
 where a poll starts. Vacuum removes them unless some snapshot is older (``pg_dump``, a report, an
 idle-in-transaction session): then each poll walks all of them and the queue slows down in
-proportion to the work done since the snapshot was taken (docs/scale.md has the measurements).
+proportion to the work done since the snapshot was taken (docs/explanation/scaling.md;
+measured in docs/benchmarks.md).
 
 A consumer that just polled knows more than the index does: below a certain time there is no
 live due row it could take. The watermark remembers that time per kind and the poll scans

@@ -3,7 +3,7 @@
     from delayq_transport.dramatiq import DelayqBroker
     dramatiq.set_broker(DelayqBroker(url="postgresql://user@host/db"))
 
-See docs/dramatiq.md. ``decode_dramatiq`` and the names in :mod:`.names` import without
+See docs/how-to/dramatiq.md. ``decode_dramatiq`` and the names in :mod:`.names` import without
 Dramatiq installed; the broker and the periodic API need ``pip install delayq[dramatiq]``.
 """
 

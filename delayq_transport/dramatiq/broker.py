@@ -75,35 +75,47 @@ def _rebuild(failure: Failure) -> BaseException:
 
 
 class DelayqBroker(Broker):
-    """A Dramatiq broker on delayq's ``DelayedQueue`` (see the module docstring).
+    """A Dramatiq broker whose messages, delayed ones included, are rows of the queue table.
 
-    Parameters (durations in seconds unless named ``_ms`` as in Dramatiq):
-      url / database: where the table lives (a ``Database`` is shared, not closed).
-      table: the queue table (default ``delayed_queue``, shared with Celery's transport).
-      acquire_timeout: lease of a delivered message, extended every third of it while the
-        worker lives.
-      polling_interval: fallback poll when no notification arrives.
-      dead_message_ttl: how long dead letters are kept, in ms (Dramatiq's unit).
-      max_priority: accept ``broker_priority`` 0..max_priority (at most 9), highest first.
-      durable_publish: a send returns only once its row is flushed to disk (default False:
-        once committed, like Redis' default persistence; a PostgreSQL crash may lose the sends
-        of its last ~0.6 s). Acks and leases never wait for the flush (a crash can only
-        redeliver).
-      publish_linger: seconds a send may wait in this process' buffer before it is written,
-        with the others of that time, as one multi-row insert (default 0: off, a send is
-        written before it returns). On, ``send`` returns before its row is written: a process
-        killed meanwhile loses up to that long of sends, and a write error is logged and
-        retried, not raised (see docs/dramatiq.md). ``join``, ``flush`` and ``close`` write
-        the buffer first. At most 1.
-      low_watermark: each poll starts above the rows this process already took (where only
-        dead index entries lie) instead of the bottom of the index; the hub's NOTIFYs and this
-        process' own sends lower it, a probe below the floor runs every 30 s in a thread of
-        its own (as in the kombu transport).
-      pool_size / single_pool: most connections per pool (opened on first use); one pool
-        instead of two, relaxed statements with per-transaction settings (see
-        ``docs/operations.md``, connection sizing).
-      fail_fast_default: ``join`` raises the exception of a message dead-lettered in this
+    Parameters:
+      url: the database (a libpq URL); ``DELAYQ_DATABASE_URL`` when neither it nor
+        ``database`` is given.
+      database: a ``Database`` to share instead of ``url`` (the broker does not close it).
+      table: the queue table, shared with Celery's transport.
+      middleware: Dramatiq's middleware list (Dramatiq's defaults when None).
+      acquire_timeout: lease of a delivered message, in seconds; the worker extends it every
+        third of it while it lives, and a killed worker's messages come back when it lapses.
+      polling_interval: seconds between fallback polls when no notification arrives.
+      dead_message_ttl: how long dead letters are kept, in ms (Dramatiq's unit and default,
+        7 days, or the ``dramatiq_dead_message_ttl`` environment variable).
+      max_priority: accept ``broker_priority`` 0..max_priority (at most 9); higher is served
+        first, as on RabbitMQ. Each level is one more index scan per poll.
+      durable_publish: True: a send returns once its row is flushed to disk. False: once
+        committed, before the flush (a PostgreSQL crash can lose the sends of its last
+        ~0.6 s, as with Redis' default persistence). Acks and leases never wait for the flush
+        (a crash can only redeliver).
+      publish_linger: seconds (at most 1, 0 = off) a send may wait in this process' buffer; a
+        thread writes what gathered as one multi-row insert per queue. On, ``send`` returns
+        before its row is written: a process killed meanwhile loses up to that long of sends,
+        and a write error is logged and retried, not raised. ``join``, ``flush``,
+        ``flush_all``, ``close`` and interpreter exit write the buffer first; a forked child
+        starts empty. Refused with ``durable_publish=True``.
+      low_watermark: each poll starts above the rows this process already took, where only
+        dead index entries lie; NOTIFYs and this process' own sends lower it, and a probe
+        below the floor runs every 30 s in a thread of its own.
+      fail_fast_default: ``join`` re-raises the exception of a message dead-lettered in this
         process (StubBroker's behaviour, for tests).
+      namespace: prefix of the broker's row kinds (``<namespace>:<queue>``).
+      ensure_schema: on start, read the migrations ledger and migrate only when a migration
+        is missing; False skips the check.
+      pool_size: most connections of each of the process' two pools (opened on first use),
+        plus one LISTEN connection per worker process.
+      pooling: ``auto``, ``session`` or ``transaction``, as the Celery transport's option.
+      listen_url: a direct URL for the LISTEN connection past a transaction pooler.
+      unheard_polling_interval: seconds between polls when LISTEN cannot deliver (behind a
+        transaction pooler without ``listen_url``).
+      single_pool: one pool instead of two; relaxed statements set their settings per
+        transaction (``SET LOCAL``), so a sending process holds one connection.
     """
 
     def __init__(
@@ -150,7 +162,7 @@ class DelayqBroker(Broker):
             if not url:
                 raise InvalidInput("DelayqBroker needs url=, database= or DELAYQ_DATABASE_URL")
             # Opened on first use (min_size=0): a pool that opens one connection up front and is
-            # used at once grows to two (docs/operations.md, connection sizing).
+            # used at once grows to two.
             database = Database(url, min_size=0, max_size=pool_size, single_pool=single_pool,
                                 pooling=pooling, listen_url=listen_url)
         self.db = database

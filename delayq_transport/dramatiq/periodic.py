@@ -74,10 +74,19 @@ def periodic(
 ) -> Any:
     """Declare a Dramatiq actor periodic (put it above ``@dramatiq.actor``).
 
-    ``cron``: five fields ``minute hour day-of-month month day-of-week`` read in ``tz``
-    (Celery crontab semantics, DST handled as delayq_beat documents); ``every``: seconds or a
-    timedelta, aligned on the epoch so every scheduler agrees. ``options`` become the
-    messages' options (``max_retries``, ``time_limit``, ``broker_priority``, ...).
+    Parameters:
+      cron: five fields ``minute hour day-of-month month day-of-week`` read in ``tz``
+        (Celery crontab semantics; DST as Celery beat on delayq). Exactly one of ``cron``
+        and ``every``.
+      every: seconds or a timedelta, aligned on the epoch (00:00, 00:05, ...) so every
+        scheduler agrees.
+      tz: the time zone ``cron`` is read in (a name or a ``tzinfo``).
+      args, kwargs: the messages' arguments.
+      name: the entry's name (default ``dramatiq:<actor name>``).
+      misfire: ``coalesce`` (of the occurrences late by more than ``grace``, only the newest
+        runs), ``run_all`` or ``skip``.
+      grace: seconds an occurrence may be late and still count as on time.
+      options: the messages' options (``max_retries``, ``time_limit``, ``broker_priority``...).
     """
     if (cron is None) == (every is None):
         raise InvalidInput("periodic() needs exactly one of cron= or every=")
@@ -180,7 +189,15 @@ class _Installer(CatchUpInstaller):
 
 
 class PeriodicScheduler:
-    """Installs the periodic actors of one broker; run one anywhere, or several."""
+    """Installs the periodic actors of one broker; run one anywhere, or several.
+
+    Parameters:
+      broker: the ``DelayqBroker`` whose declared actors it installs.
+      refresh_interval: seconds between refreshes.
+      horizon: seconds of occurrences installed ahead (at least two refresh intervals).
+      min_occurrences: occurrences installed per entry at least, however long the horizon.
+      entries: the entries to install instead of every ``@periodic`` actor of the broker.
+    """
 
     def __init__(
         self,
@@ -216,6 +233,7 @@ class PeriodicScheduler:
         return report
 
     def run_forever(self) -> None:
+        """Refresh every ``refresh_interval`` until :meth:`stop` (a failed refresh is logged)."""
         while not self._stop.is_set():
             try:
                 self.refresh()
@@ -234,13 +252,19 @@ class PeriodicScheduler:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop the refresh thread."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
 
 
 class PeriodicMiddleware(Middleware):
-    """Runs a :class:`PeriodicScheduler` inside every worker process (no extra process)."""
+    """Runs a :class:`PeriodicScheduler` inside every worker process (no extra process).
+
+    Parameters:
+      scheduler_options: :class:`PeriodicScheduler`'s ``refresh_interval``, ``horizon`` and
+        ``min_occurrences``.
+    """
 
     def __init__(self, **scheduler_options: Any) -> None:
         self.options = scheduler_options

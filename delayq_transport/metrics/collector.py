@@ -17,35 +17,51 @@ from ..transport.message import queue_of_kind
 
 log = logging.getLogger(__name__)
 
-#: name -> help text; every series carries a ``table`` label, queue series ``queue`` and
-#: ``priority`` (the kombu queue and its priority bucket).
-METRIC_NAMES: dict[str, str] = {
-    "delayq_up": "1 if the last scrape could read the database, else 0",
-    "delayq_scrape_duration_seconds": "Time the last scrape took",
-    "delayq_count_cap": "Most rows one count reads; a ready count equal to it means at least",
-    "delayq_ready_messages": "Due rows waiting for a worker (kombu's message_count), capped",
-    "delayq_scheduled_messages": "Rows due later (exact below the cap, an estimate above)",
-    "delayq_in_flight_messages": "Rows delivered to a worker under a live lease",
-    "delayq_redelivered_messages": "Waiting rows that were delivered before (lease lapsed, "
-                                   "released or rejected)",
-    "delayq_oldest_ready_age_seconds": "How long the oldest due row has waited (0: none)",
-    "delayq_live_tuples": "Live rows of the queue table (cumulative statistics)",
-    "delayq_dead_tuples": "Dead rows of the queue table not yet vacuumed",
-    "delayq_relation_size_bytes": "Size of the queue table and of each index",
-    "delayq_relation_bloat_ratio": "Estimated free or dead share of a relation (pg_stats based)",
-    "delayq_xmin_horizon_age_seconds": "Age of the oldest transaction or snapshot holding back "
-                                       "cleanup (0: none)",
-    "delayq_xmin_horizon_age_xids": "Transaction ids the oldest horizon holder is behind",
-    "delayq_idle_in_transaction_sessions": "Sessions idle in transaction for over a second",
-    "delayq_idle_in_transaction_max_age_seconds": "Longest idle-in-transaction session",
-    "delayq_cleanup_blockers": "Holders of the xmin horizon by source (session, standby, "
-                               "replication_slot, prepared_transaction)",
-    "delayq_warnings": "Warnings `delayq status` shows, by level",
+_TABLE = ("table",)
+_QUEUE = ("table", "queue", "priority")
+_RELATION = ("table", "relation", "kind")
+
+#: Every metric: name -> (labels, help). The collector builds each gauge from its entry, so a
+#: series cannot be emitted without being declared here; docs/reference/metrics.md is
+#: rendered from it. ``queue`` and ``priority`` are the kombu queue and its priority bucket.
+METRICS: dict[str, tuple[tuple[str, ...], str]] = {
+    "delayq_up": (_TABLE, "1 if the last scrape could read the database, else 0"),
+    "delayq_scrape_duration_seconds": (_TABLE, "Time the last scrape took"),
+    "delayq_count_cap": (_TABLE, "Most rows one count reads; a ready count equal to it means "
+                                 "at least"),
+    "delayq_ready_messages": (_QUEUE, "Due rows waiting for a worker (kombu's message_count), "
+                                      "capped"),
+    "delayq_scheduled_messages": (_QUEUE, "Rows due later (exact below the cap, an estimate "
+                                          "above)"),
+    "delayq_in_flight_messages": (_QUEUE, "Rows delivered to a worker under a live lease"),
+    "delayq_redelivered_messages": (_QUEUE, "Waiting rows that were delivered before (lease "
+                                            "lapsed, released or rejected)"),
+    "delayq_oldest_ready_age_seconds": (_QUEUE, "How long the oldest due row has waited "
+                                                "(0: none)"),
+    "delayq_live_tuples": (_TABLE, "Live rows of the queue table (cumulative statistics)"),
+    "delayq_dead_tuples": (_TABLE, "Dead rows of the queue table not yet vacuumed"),
+    "delayq_relation_size_bytes": (_RELATION, "Size of the queue table and of each index"),
+    "delayq_relation_bloat_ratio": (_RELATION, "Estimated free or dead share of a relation "
+                                               "(pg_stats based)"),
+    "delayq_xmin_horizon_age_seconds": (_TABLE, "Age of the oldest transaction or snapshot "
+                                                "holding back cleanup (0: none)"),
+    "delayq_xmin_horizon_age_xids": (_TABLE, "Transaction ids the oldest horizon holder is "
+                                             "behind"),
+    "delayq_idle_in_transaction_sessions": (_TABLE, "Sessions idle in transaction for over a "
+                                                    "second"),
+    "delayq_idle_in_transaction_max_age_seconds": (_TABLE, "Longest idle-in-transaction "
+                                                           "session"),
+    "delayq_cleanup_blockers": (("table", "source"), "Holders of the xmin horizon by source "
+                                "(session, standby, replication_slot, prepared_transaction)"),
+    "delayq_warnings": (("table", "level"), "Warnings `delayq status` shows, by level"),
 }
+#: name -> help text (kept for callers of the earlier API).
+METRIC_NAMES: dict[str, str] = {name: text for name, (_, text) in METRICS.items()}
 
 
-def _gauge(name: str, labels: list[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, METRIC_NAMES[name], labels=labels)
+def _gauge(name: str) -> GaugeMetricFamily:
+    labels, text = METRICS[name]
+    return GaugeMetricFamily(name, text, labels=list(labels))
 
 
 class DelayqCollector:
@@ -74,12 +90,11 @@ class DelayqCollector:
         for name, value in (("delayq_up", up),
                             ("delayq_scrape_duration_seconds", time.perf_counter() - started),
                             ("delayq_count_cap", float(self.cap))):
-            g = _gauge(name, ["table"])
+            g = _gauge(name)
             g.add_metric([table], value)
             yield g
 
     def _queue_metrics(self, table: str, rows: list[KindStatus]) -> Iterator[Metric]:
-        labels = ["table", "queue", "priority"]
         fields = {
             "delayq_ready_messages": lambda r: r.due,
             "delayq_scheduled_messages": lambda r: r.scheduled,
@@ -88,7 +103,7 @@ class DelayqCollector:
             "delayq_oldest_ready_age_seconds": lambda r: (r.oldest_due_lag_ms or 0) / 1000,
         }
         for name, get in fields.items():
-            g = _gauge(name, labels)
+            g = _gauge(name)
             for r in rows:
                 queue, priority = queue_of_kind(r.kind)
                 g.add_metric([table, queue, str(priority)], float(get(r)))
@@ -104,23 +119,23 @@ class DelayqCollector:
             ("delayq_idle_in_transaction_sessions", len(idle)),
             ("delayq_idle_in_transaction_max_age_seconds", max(idle, default=0.0)),
         ):
-            g = _gauge(name, ["table"])
+            g = _gauge(name)
             g.add_metric([table], float(value))
             yield g
-        size = _gauge("delayq_relation_size_bytes", ["table", "relation", "kind"])
-        bloat = _gauge("delayq_relation_bloat_ratio", ["table", "relation", "kind"])
+        size = _gauge("delayq_relation_size_bytes")
+        bloat = _gauge("delayq_relation_bloat_ratio")
         for rel in health.relations:
             size.add_metric([table, rel.name, rel.kind], float(rel.bytes))
             if rel.bloat_ratio is not None:
                 bloat.add_metric([table, rel.name, rel.kind], rel.bloat_ratio)
         yield size
         yield bloat
-        blockers = _gauge("delayq_cleanup_blockers", ["table", "source"])
+        blockers = _gauge("delayq_cleanup_blockers")
         for source in ("session", "standby", "replication_slot", "prepared_transaction"):
             n = sum(1 for b in health.blockers if b.source == source)
             blockers.add_metric([table, source], float(n))
         yield blockers
-        warnings = _gauge("delayq_warnings", ["table", "level"])
+        warnings = _gauge("delayq_warnings")
         for level in ("warning", "critical"):
             warnings.add_metric([table, level],
                                 float(sum(1 for w in health.warnings if w.level == level)))

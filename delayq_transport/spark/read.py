@@ -53,6 +53,13 @@ def queue_dataframe(
     Each partition pages through its range (``core.scan``) and hands Spark Arrow batches,
     column by column. Lazy like any DataFrame: every action reads the table again;
     ``cache()`` it for a consistent snapshot across several reports.
+
+    Parameters:
+      spark: the session.
+      database_url: the database, reached from the driver and from every executor.
+      table: the queue table.
+      num_partitions: id ranges read in parallel, one connection each.
+      page_rows: rows per statement of each range's keyset-paged read.
     """
     if not isinstance(num_partitions, int) or num_partitions < 1:
         raise InvalidInput(f"num_partitions must be a positive int, got {num_partitions!r}")

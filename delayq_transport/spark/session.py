@@ -104,7 +104,13 @@ def _last_line(exc: BaseException) -> str:
 def local_session(
     app_name: str = "delayq", master: str = "local[2]", conf: Mapping[str, str] | None = None
 ) -> SparkSession:
-    """A local-mode session with ``LOCAL_CONF``; executors run this interpreter."""
+    """A local-mode session with ``LOCAL_CONF``; executors run this interpreter.
+
+    Parameters:
+      app_name: the Spark application name.
+      master: the Spark master.
+      conf: Spark settings added to (or replacing) ``LOCAL_CONF``.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)

@@ -92,12 +92,19 @@ def schedule_stream(
 ) -> StreamHandle:
     """Start a streaming query that schedules every row of the streaming ``df``.
 
-    ``checkpoint_location`` is required: it is what a restarted query resumes from.
-    ``trigger`` is passed to ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}``,
-    ``{"processingTime": "10 seconds"}``). ``on_batch(batch_id, result)`` is called after
-    each micro-batch is stored; other ``options`` go to :func:`schedule_tasks`
-    (``on_conflict``, ``priority``, ``past_eta``, ``table``, ``run_retention``, ...; not
-    ``run_id``: each batch is its own run).
+    Each micro-batch goes through :func:`schedule_tasks` as the run
+    ``stream/<query id>/<batch id>``, so a batch replayed after a restart writes nothing.
+
+    Parameters:
+      df: a streaming DataFrame (``spark.readStream...``).
+      task, eta, database_url, args, kwargs, key, queue: as for ``schedule_tasks``.
+      checkpoint_location: required: what a restarted query resumes from.
+      trigger: passed to ``DataStreamWriter.trigger`` (``{"availableNow": True}``,
+        ``{"processingTime": "30 seconds"}``).
+      query_name: the streaming query's name.
+      on_batch: ``on_batch(batch_id, result)``, called after each micro-batch is stored.
+      options: other ``schedule_tasks`` parameters (``on_conflict``, ``priority``,
+        ``past_eta``, ``table``, ``chunk_size``, ``run_retention``...; not ``run_id``).
     """
     if not df.isStreaming:
         raise InvalidInput("schedule_stream needs a streaming DataFrame (spark.readStream...); "

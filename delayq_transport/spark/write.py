@@ -143,13 +143,39 @@ def schedule_tasks(
     run_id: str | None = None,
     run_retention: timedelta | float = RUN_RETENTION,
 ) -> ScheduleResult:
-    """Schedule one Celery task per row of ``df``; see the module docstring for guarantees.
+    """Schedule one Celery task per row of ``df``, written from every partition in parallel.
 
-    ``eta`` is a column (timestamp, timestamp_ntz or date read as UTC, or ISO-8601 string) or a
-    countdown (timedelta or seconds) from the database's now at job start. ``args``/``kwargs``
-    name the columns that become the task's arguments. ``check_workers=False`` skips the
-    executor check (``schedule_stream`` runs it once, not per micro-batch). ``run_id`` names
-    this input: the run is applied once, re-runs within ``run_retention`` add nothing.
+    Parameters:
+      df: any DataFrame; each row becomes one task.
+      task: the registered Celery task name the worker runs.
+      eta: a column (name or ``Column``) of type timestamp, timestamp_ntz or date (read as
+        UTC), or of ISO-8601 strings (no offset means UTC, as in Celery); or a countdown
+        (``timedelta`` or seconds) from the database's clock at job start. Epoch numbers are
+        refused: convert them with ``F.timestamp_seconds``.
+      database_url: the database, reached from the driver and from every executor.
+      args: columns that become the task's positional arguments.
+      kwargs: keyword name -> column, the task's keyword arguments.
+      queue: the Celery queue.
+      key: a column holding each row's key (= its Celery task id, at most 200 characters).
+        Without it the key is a uuid5 of (task, args, kwargs, eta), so re-runs find the same
+        rows; an ETA computed from the clock or randomness then is refused (``UnstableEta``).
+      on_conflict: ``ignore``: a key already waiting is left as it is; ``update``: it is
+        replaced in place (new payload and ETA) unless identical (needs ``UPDATE``).
+      priority: 0-9, mapped to the transport's priority bucket.
+      table: the queue table.
+      chunk_size: rows staged per merge statement in each partition (1-1,000,000).
+      past_eta: rows whose ETA is before the database's now at job start: ``run`` stores them
+        (due at once, as Celery would), ``skip`` counts them as bad rows, ``error`` refuses
+        the whole job before writing anything (``PastEta``).
+      spark: the session for the executor check (default: the DataFrame's).
+      sample_size: bad rows returned with their reason in ``bad_sample``.
+      check_workers: first run one small Spark job that checks the executors can import
+        delayq and reach the database (``ExecutorEnvironmentError``, ``DatabaseUnavailable``).
+      run_id: a name for this input (1-200 characters): the run is applied once, so a Spark
+        task retry or a re-run with the same id adds nothing, even after the tasks ran. None:
+        only the keys protect re-runs, while the rows still wait.
+      run_retention: how long the run ledger keeps a run's entries (``timedelta`` or
+        seconds); every run with a ``run_id`` deletes older entries first.
     """
     started = time.monotonic()
     kwargs = dict(kwargs or {})

@@ -15,14 +15,8 @@ from ..core.listen import Listener
 from ..core.publish_buffer import PublishBuffer, check_linger
 from ..core.queue import DelayedQueue
 from ..core.schema import set_unlogged
-from ..core.watermark import DEFAULT_FULL_RESCAN_INTERVAL_S
 from . import message as msg
-from .options import (
-    DEFAULT_ACQUIRE_TIMEOUT_S,
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_POOL_MIN_SIZE,
-    DEFAULT_POOL_SIZE,
-)
+from .options import TRANSPORT_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -38,29 +32,28 @@ class Backend:
     def __init__(self, url: str, options: dict[str, Any], key: tuple[int, str, str]) -> None:
         self.url = url
         self._key = key
-        self.table = options.get("table", "delayed_queue")
-        self.db = Database(url, max_size=int(options.get("pool_size", DEFAULT_POOL_SIZE)),
-                           min_size=int(options.get("pool_min_size", DEFAULT_POOL_MIN_SIZE)),
-                           connect_timeout_s=float(options.get("connect_timeout",
-                                                               DEFAULT_CONNECT_TIMEOUT_S)),
-                           single_pool=bool(options.get("single_pool")),
-                           pooling=str(options.get("pooling", "auto")),
-                           listen_url=options.get("listen_url"))
+        def opt(name: str) -> Any:
+            return TRANSPORT_OPTIONS.read(options, name)
+
+        self.table = str(opt("table"))
+        self.db = Database(url, max_size=int(opt("pool_size")), min_size=int(opt("pool_min_size")),
+                           connect_timeout_s=float(opt("connect_timeout")),
+                           single_pool=bool(opt("single_pool")), pooling=str(opt("pooling")),
+                           listen_url=opt("listen_url"))
         try:
             self.queue = DelayedQueue(
                 self.db,
                 kind=msg.DEFAULT_QUEUE,
                 table=self.table,
-                acquire_timeout=float(options.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT_S)),
-                ensure_schema=bool(options.get("ensure_schema", True)),
-                relaxed_consumer_commits=not options.get("durable_acks", False),
-                # Polls start at this consumer's low watermark (core/watermark.py, docs/scale.md);
-                # Wakeups feeds it every NOTIFY and resets it when LISTEN was lost.
-                low_watermark=bool(options.get("low_watermark", True)),
-                full_rescan_interval=float(options.get("full_rescan_interval",
-                                                       DEFAULT_FULL_RESCAN_INTERVAL_S)),
+                acquire_timeout=float(opt("acquire_timeout")),
+                ensure_schema=bool(opt("ensure_schema")),
+                relaxed_consumer_commits=not opt("durable_acks"),
+                # Polls start at this consumer's low watermark (core/watermark.py); Wakeups
+                # feeds it every NOTIFY and resets it when LISTEN was lost.
+                low_watermark=bool(opt("low_watermark")),
+                full_rescan_interval=float(opt("full_rescan_interval")),
             )
-            unlogged = options.get("unlogged_table")
+            unlogged = opt("unlogged_table")
             if unlogged is not None:  # None: leave the table as the operator made it
                 set_unlogged(self.db, self.table, bool(unlogged))
         except BaseException:
@@ -71,7 +64,7 @@ class Backend:
         self.bindings = Bindings(self.db, self.queue.queries)
         self.users = 0
         self._by_kind: dict[str, DelayedQueue] = {}
-        linger = check_linger(options.get("publish_linger", 0))
+        linger = check_linger(TRANSPORT_OPTIONS.read(options, "publish_linger"))
         #: ``publish_linger`` on: this process' publishes, written in batches (off: None).
         self.publisher = PublishBuffer(self.queue_for, linger) if linger else None
 

@@ -190,7 +190,7 @@ class DelayqChannel(virtual.Channel):
         return self.backend.queue.purge(self._kinds(queue))
 
     def _size(self, queue: str) -> int:
-        """message_count: due rows only, exact up to a cap (docs/operations.md, "Counts")."""
+        """message_count: due rows only, exact up to a cap (docs/how-to/monitor.md)."""
         self.backend.flush_publishes()
         return self.backend.queue.count_due(self._kinds(queue))
 

@@ -21,62 +21,16 @@ Connection String
     delayq+postgresql://USER@HOST1/DBNAME;delayq+postgresql://USER@HOST2/DBNAME
 
 The second is libpq's multi-host form; the third kombu's failover list (each alternate is
-parsed by kombu, so it cannot carry query parameters). See docs/transport.md.
+parsed by kombu, so it cannot carry query parameters). See docs/how-to/standby.md.
 
 ``import delayq_transport`` (in the module that creates the Celery app) registers the scheme
 with kombu; that is the one extra step next to changing ``broker_url``.
 
 Transport Options
 =================
-Set through Celery's ``broker_transport_options`` (seconds for all durations):
-
-* ``acquire_timeout``: lease of a delivered, unacknowledged message (default 60). A live
-  consumer extends it every third of the lease; a dead one's messages come back after it.
-* ``polling_interval``: fallback poll when no notification arrives (default 5).
-* ``pooling``: ``auto`` (default) detects a pooler that drops session settings (PgBouncer) and
-  then assumes transaction pooling: no named prepared statements, settings per transaction
-  (SET LOCAL), no LISTEN through it; ``session`` keeps the fast paths behind a session pooler;
-  ``transaction`` skips the detection.
-* ``listen_url``: a direct PostgreSQL URL for the LISTEN connection, past a transaction pooler
-  (push wake-ups instead of polling).
-* ``unheard_polling_interval``: the poll interval when LISTEN cannot deliver (default 0.5): the
-  bound on how late a new task is found behind a transaction pooler without ``listen_url``.
-* ``table``: queue table (default ``delayed_queue``).
-* ``pool_size``: most connections of each of the process' two pools (default 4), plus one
-  LISTEN connection; ``pool_min_size``: kept open while idle (default 0: opened on first use);
-  ``single_pool``: one pool, relaxed statements with per-transaction settings (default False).
-* ``batch_size``: most messages taken per poll (default 100; capped by prefetch).
-* ``ack_flush_interval``: acks are deleted in batches at least this often (default 0.05).
-* ``priority_steps``: priority buckets (default ``[0, 3, 6, 9]``).
-* ``ensure_schema``: on connect, read the migrations ledger and migrate only if a migration is
-  missing (default True); a DML-only role works once ``delayq migrate`` ran.
-* ``durable_publish``: a publish returns only once its row is flushed to disk (default
-  False). Off, a publish returns once its row is committed, before the WAL flush: a clean
-  PostgreSQL restart loses nothing, a PostgreSQL crash can lose the publishes of its last
-  ~0.6 s (never a later one without the earlier ones). That is what Celery's default brokers
-  give (Redis' default persistence, RabbitMQ without publisher confirms), at their speed; on
-  costs one flush wait per publish (see docs/benchmarks.md).
-* ``publish_linger``: seconds a publish may wait in a buffer of the producer process before
-  it is written, together with the others of that time, as one multi-row insert (default 0:
-  off, every publish is written before it returns). On, a publish returns before its row is
-  written: a producer process killed meanwhile loses up to that long of publishes, and a
-  write error is logged and retried instead of raised (see docs/transport.md). At most 1.
-* ``durable_acks``: commit acks, leases and releases with a WAL flush (default False). Off,
-  they skip the flush wait, which unblocks the worker's event loop; a PostgreSQL crash can then
-  only redeliver messages (at-least-once).
-* ``low_watermark``: start each poll above the rows this worker already took, below which
-  only dead index entries lie (default True; see docs/scale.md). NOTIFYs lower it.
-* ``full_rescan_interval``: at least this often per queue, a probe in its own thread looks
-  below the floor for a row no NOTIFY announced, the safety net of the watermark (default 30).
-* ``unlogged_table``: True makes the queue table UNLOGGED, False makes it logged again, unset
-  (the default) leaves it as it is. Unlogged, PostgreSQL writes no WAL for the rows: publishes,
-  leases and acks cost less, but a PostgreSQL *crash* empties the table (every waiting
-  message and countdown, not only the last ~0.6 s), and standbys never receive it. Refused
-  together with ``durable_publish``. See docs/transport.md.
-* ``database_url``: libpq URL to use instead of the broker URL (e.g. a Unix socket).
-* ``max_message_size``: bytes; larger messages are refused with a clear error (default 64 MiB).
-* ``binding_ttl``: a fanout queue whose consumer has not been seen for this long receives no
-  more broadcasts (default 60); auto-delete queues unseen for 10x this are removed.
+Set through Celery's ``broker_transport_options``. Each option, its default, unit and meaning
+is declared once in :data:`.options.TRANSPORT_OPTIONS`, which the transport reads and
+docs/reference/transport-options.md is rendered from.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Starlette + uvicorn + Jinja2, assets shipped in the package (works offline), every read
 bounded through :mod:`delayq_transport.tasks`. Needs the ``web`` extra: ``pip install
-'delayq[web]'``. Security options are described in :mod:`.security` and docs/web.md.
+'delayq[web]'``. Security options are described in :mod:`.security` and docs/how-to/manage-tasks.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The JSON API: the page's operations for scripts (documented in docs/web.md)."""
+"""The JSON API: the page's operations for scripts (documented in docs/reference/web-api.md)."""
 
 from __future__ import annotations
 

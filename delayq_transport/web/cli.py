@@ -14,7 +14,8 @@ DEFAULT_PORT = 8377
 @click.command("web")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Bind address; anything but loopback requires --token or --basic-auth")
-@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to serve on")
 @click.option("--token", envvar="DELAYQ_WEB_TOKEN", default=None,
               help="Require this token (Bearer, or as basic-auth password) (env: DELAYQ_WEB_TOKEN)")
 @click.option("--basic-auth", envvar="DELAYQ_WEB_BASIC_AUTH", default=None, metavar="USER:PASS",
@@ -30,7 +31,7 @@ DEFAULT_PORT = 8377
 def web_cmd(obj: Context, host: str, port: int, token: str | None, basic_auth: str | None,
             read_only: bool, hide_args: bool, refresh: float,
             result_backend: str | None) -> None:
-    """Serve the task page and its JSON API (see docs/web.md)."""
+    """Serve the task page and its JSON API (docs/how-to/manage-tasks.md)."""
     try:
         from .security import ConfigError, WebConfig
         from .server import serve

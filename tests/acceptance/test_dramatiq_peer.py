@@ -2,7 +2,7 @@
 
 The files run in a pytest subprocess with our conftest and ``common`` module
 (tests/acceptance/dramatiq_peer/). Every failure must be one listed here and explained in
-docs/dramatiq.md.
+docs/contributing.md (*Dramatiq's own tests*).
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ def test_prefetch_is_multiplier_times_concurrency_and_acks_delete(
 
     # 2 processes x multiplier 2: never passed (raw: counting rows acked, not flushed). Above
     # the concurrency (2), so the multiplier reserves; under a backlog the worker refills once
-    # half the window is free (docs/transport.md), so a window of 4 holds 3 or 4 between polls.
+    # half the window is free (docs/explanation/time.md), so a window of 4 holds 3 or 4
+    # between polls.
     raw = max(len(ids) for _, ids in samples)
     assert max(held) in (3, 4), f"held {max(held)} (raw {raw}) in {len(samples)} samples, " \
         f"{len(executions(database_url))} tasks done"

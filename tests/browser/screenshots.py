@@ -1,4 +1,5 @@
-"""Regenerate the screenshots of docs/web.md: ``python tests/browser/screenshots.py``.
+"""Regenerate the screenshots of docs/how-to/manage-tasks.md (``python
+tests/browser/screenshots.py``).
 
 Fills a scratch database with a day of realistic tasks (three queues, a morning peak, a small
 overdue backlog, a few in flight, two beat entries), serves ``delayq web`` on it and saves the

@@ -1,7 +1,7 @@
 """The short mode of ``bench/bench_churn.py`` (issue 10, part 3): a fixed load with 100k
 far-future rows for 13 s keeps its rate, its pick-up latency and the poll's cost, and the table
 grows no more than the rows it churned can explain. The hour-long run is a documented command
-(docs/scale.md)."""
+(docs/explanation/scaling.md)."""
 
 from __future__ import annotations
 

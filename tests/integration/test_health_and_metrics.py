@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from delayq_transport import DelayedQueue
 from delayq_transport.cli import main
 from delayq_transport.core import health as h
-from delayq_transport.metrics import serve_metrics
+from delayq_transport.metrics import METRICS, serve_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLDER_APP = "delayq-test-holder"
@@ -114,6 +114,13 @@ def test_metrics_endpoint_reports_the_holder_over_http(
     assert samples['delayq_xmin_horizon_age_seconds{"table": "delayed_queue"}'] >= 1.0
     assert samples['delayq_cleanup_blockers{"source": "session", "table": "delayed_queue"}'] >= 1
     assert samples['delayq_up{"table": "delayed_queue"}'] == 1.0
+    # Every declared metric (docs/reference/metrics.md is rendered from METRICS) is served,
+    # and nothing undeclared is; each sample carries its metric's declared labels.
+    names = {key.split("{", 1)[0] for key in samples}
+    assert names | {"delayq_relation_bloat_ratio"} == set(METRICS)  # no bloat before ANALYZE
+    for key in samples:
+        name, labels = key.split("{", 1)
+        assert sorted(json.loads("{" + labels)) == sorted(METRICS[name][0]), key
 
 
 def test_delayq_metrics_serve_command(database_url: str) -> None:

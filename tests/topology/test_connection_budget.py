@@ -5,7 +5,7 @@ follow-up task from the pool child (``topology.relay``), so every child connects
 the documented budget options (``single_pool``, ``pool_size=2``) each main process holds at
 most its pool and a LISTEN, each child one connection: nothing is refused ("too many
 clients"), every task runs, and the most connections seen at once stay within the budget
-``docs/operations.md`` gives. With the defaults the same run needs ~48 (two pools per
+``docs/how-to/managed-service.md`` gives. With the defaults the same run needs ~48 (two pools per
 process; bench/connection_budget.py).
 """
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.timeout(180)
 MAX_CONNECTIONS = 40
 WORKERS, CHILDREN = 2, 10
 OPTIONS = {"single_pool": True, "pool_size": 2, "polling_interval": 1}
-#: The budget of docs/operations.md with these options: a worker main process holds its
+#: The budget of docs/how-to/managed-service.md with these options: a worker main process holds its
 #: pool (pool_size) and a LISTEN; a pool child that publishes, one connection; the test's
 #: producer, its pool.
 BUDGET = WORKERS * (OPTIONS["pool_size"] + 1) + WORKERS * CHILDREN + OPTIONS["pool_size"]
