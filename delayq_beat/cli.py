@@ -20,7 +20,7 @@ from delayq_transport.core.cron import CronService
 from delayq_transport.core.errors import InvalidInput
 from delayq_transport.core.queue import DelayedQueue
 from delayq_transport.core.timeutil import from_ms
-from delayq_transport.transport.message import queue_of_kind
+from delayq_transport.formats.celery import queue_of_kind
 
 from .entries import key_prefix, parse_crontab, schedule_from_json
 from .store import BeatStore

@@ -25,7 +25,7 @@ from delayq_transport.core.errors import DelayqError, InvalidInput
 from delayq_transport.core.queue import DelayedQueue
 from delayq_transport.core.timeutil import to_ms
 from delayq_transport.core.types import Offer
-from delayq_transport.transport import message as messages
+from delayq_transport.formats import celery as messages
 
 from . import misfire
 from .entries import EntrySpec, entry_hash, key_prefix, occurrences, schedule_fingerprint

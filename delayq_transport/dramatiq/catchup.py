@@ -37,7 +37,7 @@ from celery.schedules import BaseSchedule
 from delayq_beat.entries import EntrySpec, occurrences
 from delayq_beat.installer import Installer, Plan, RefreshReport
 from delayq_beat.store import InstalledEntry
-from delayq_transport.transport import message as messages
+from delayq_transport.formats import celery as messages
 
 from ..core.cron import cron_key
 from ..core.errors import DelayqError

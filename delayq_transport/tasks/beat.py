@@ -8,7 +8,7 @@ from typing import Any
 from ..core.cron import CronService
 from ..core.errors import InvalidInput, SchemaMissing
 from ..core.queue import DelayedQueue
-from ..transport.message import queue_of_kind
+from ..formats.celery import queue_of_kind
 from .service import iso
 
 NEXT_SHOWN = 3

@@ -27,7 +27,7 @@ from ..core.errors import DelayqError, InvalidInput
 from ..core.inspect import MAX_MS, MIN_MS, Inspector, TaskRow
 from ..core.queue import DelayedQueue
 from ..core.timeutil import from_ms, to_ms
-from ..transport.message import kinds_for, queue_of_kind
+from ..formats.celery import kinds_for, queue_of_kind
 from . import decoders
 from .filters import TaskFilter
 from .rates import RateWindows

@@ -5,6 +5,8 @@ Each is documented in :mod:`.transport`'s docstring; durations are seconds.
 
 from __future__ import annotations
 
+from ..core import bindings
+
 DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 DEFAULT_POLLING_INTERVAL_S = 5.0
 #: The poll interval of a worker whose LISTEN cannot deliver (behind a transaction pooler
@@ -22,7 +24,7 @@ DEFAULT_POOL_MIN_SIZE = 0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_ACK_FLUSH_INTERVAL_S = 0.05
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-DEFAULT_BINDING_TTL_S = 60.0
+DEFAULT_BINDING_TTL_S = bindings.DEFAULT_BINDING_TTL_S
 #: After a timer fires and finds nothing (clock skew between host and database), retry soon.
 SKEW_RETRY_S = 0.005
 #: While a channel has a backlog, the LISTEN socket is read this often instead of on every
