@@ -86,16 +86,25 @@ class InstalledRow:
     updated_at_ms: int
 
 
-class PeriodicStore:
-    """Entries and the installed ledger of one queue table (the database clock stamps rows)."""
+#: Separates a queue table's name from a ledger namespace in ``tableName``.
+NAMESPACE_SEP = "#"
 
-    def __init__(self, db: Database, table: str = "delayed_queue") -> None:
+
+class PeriodicStore:
+    """Entries and the installed ledger of one queue table (the database clock stamps rows).
+
+    ``namespace`` keeps one front end's rows apart from another's (``<table>#<namespace>``):
+    an installer uninstalls every ledger entry its configuration lacks."""
+
+    def __init__(self, db: Database, table: str = "delayed_queue", *,
+                 namespace: str = "") -> None:
         self.db = db
         self.q = Queries(table)
         self.table = self.q.table
+        self.ledger_name = f"{self.table}{NAMESPACE_SEP}{namespace}" if namespace else self.table
 
     def _params(self, **extra: Any) -> dict[str, Any]:
-        return {"table_name": self.table, "now": None, **extra}
+        return {"table_name": self.ledger_name, "now": None, **extra}
 
     def upsert_entry(self, name: str, definition_json: str, enabled: bool) -> None:
         self.db.execute(self.q["beat_entry_upsert"], self._params(

@@ -27,6 +27,7 @@ from ..core.errors import DatabaseError, DatabaseUnavailable, ListenUndeliverabl
 from ..core.listen import Listener
 from ..core.timeutil import to_ms
 from ..core.types import Envelope
+from ..scheduling.misfire import misfired
 from .names import EXCEPTION_OPTION, PERIODIC_OPTION, TRACEBACK_OPTION, canonical
 
 if TYPE_CHECKING:
@@ -190,14 +191,11 @@ class DelayqConsumer(Consumer):
         return DelayqMessageProxy(message, env)
 
     def _misfired(self, env: Envelope, message: Message) -> bool:
-        from delayq_beat.misfire import HEADER, drop_misfired
-
         from .periodic import superseded
 
         info = message.options[PERIODIC_OPTION]
         now_ms = to_ms(self.broker.queue.now())
-        return drop_misfired(self.broker.queue, env.kind, {"headers": {HEADER: info}},
-                             now_ms) or superseded(info, now_ms)
+        return misfired(self.broker.queue, env.kind, info, now_ms) or superseded(info, now_ms)
 
     # -- ack / nack / requeue (called from worker threads) --------------------------------
 

@@ -397,6 +397,6 @@ def _pos(row: TaskRow) -> tuple[int, int]:
 def _beat_prefix(entry: str | None) -> str | None:
     if not entry:
         return None
-    from delayq_beat.entries import key_prefix  # beat owns its key format
+    from ..scheduling.entries import key_prefix  # the engine owns its key format
 
     return key_prefix(entry) + "/"

@@ -44,13 +44,11 @@ _BEAT_MARK = b'"delayq_beat"'
 
 
 @cache
-def _misfire_check() -> Callable[..., bool] | None:
-    """delayq_beat's worker-side misfire policy, if delayq_beat is installed (imported lazily:
-    the transport must not pull in Celery beat at import time)."""
-    try:
-        from delayq_beat.misfire import drop_misfired
-    except ImportError:
-        return None
+def _misfire_check() -> Callable[..., bool]:
+    """The scheduling engine's worker-side misfire policy (imported on the first beat
+    occurrence: a worker that runs none never loads the engine)."""
+    from ..scheduling.misfire import drop_misfired
+
     return drop_misfired
 
 
@@ -317,8 +315,6 @@ class DelayqChannel(virtual.Channel):
         """Beat occurrences that misfired while no worker ran follow their entry's policy, so a
         worker coming back before beat's next refresh does not run the whole backlog."""
         check = _misfire_check()
-        if check is None:
-            return envs
         queue = self.backend.queue
         dropped = [e for e in envs if _BEAT_MARK in e.payload
                    and check(queue, e.kind, msg.decode(e.payload))]
