@@ -5,8 +5,8 @@ the misfire queries over installed occurrences, and the catch-up of occurrences 
 Celery beat (``delayq_beat``) stores its DB-backed entries and enable/disable overrides here,
 and records which entries have occurrences installed under which config hash, so an entry
 removed from the configuration is found and uninstalled after a restart. Two tables, shared by
-every queue table of a database and keyed by ``tableName`` like the migration ledger; created
-by migration 10. Occurrences themselves are ordinary queue rows installed by
+every queue table of a database and keyed by ``tableName`` like the migration ledger; declared
+in :mod:`.schema` (migration 10). Occurrences themselves are ordinary queue rows installed by
 :class:`~.cron.CronService`.
 """
 
@@ -17,55 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from .db import Database
 from .queries import Queries
 from .timeutil import to_ms
 from .validate import validate_key, validate_kind, validate_payload
 
-if TYPE_CHECKING:  # queue imports schema, which lists this module's migration
-    from sqlalchemy import MetaData, Table
-
-    from .queue import DelayedQueue
-
-ENTRIES_TABLE = "delayq_beat_entries"
-INSTALLED_TABLE = "delayq_beat_installed"
-
-
-def periodic_tables(metadata: MetaData | None = None) -> list[Table]:
-    from sqlalchemy import BigInteger, Boolean, Column, MetaData, String, Table, Text
-    from sqlalchemy.dialects.postgresql import JSONB
-
-    metadata = metadata or MetaData()
-    entries = Table(
-        ENTRIES_TABLE, metadata,
-        Column("tableName", String(31), primary_key=True),
-        Column("name", Text, primary_key=True),
-        Column("definition", JSONB, nullable=True),
-        Column("enabled", Boolean, nullable=False, server_default="true"),
-        Column("updatedAt", BigInteger, nullable=False),
-    )
-    installed = Table(
-        INSTALLED_TABLE, metadata,
-        Column("tableName", String(31), primary_key=True),
-        Column("name", Text, primary_key=True),
-        Column("kind", String(100), nullable=False),
-        Column("configHash", String(32), nullable=False),
-        Column("installedUntil", BigInteger, nullable=False),
-        Column("updatedAt", BigInteger, nullable=False),
-    )
-    return [entries, installed]
-
-
-def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
-    """Migration 10 (idempotent: CREATE ... IF NOT EXISTS)."""
-    from .schema import ddl  # schema imports this module to list the migration
-
-    for table in periodic_tables():
-        for statement in ddl(table):
-            conn.execute(statement)
-
+if TYPE_CHECKING:
+    from .handle import QueueHandle
 
 @dataclass(frozen=True)
 class EntryRow:
@@ -167,17 +125,17 @@ class PeriodicStore:
         return list(found[1])
 
 
-def sweep_misfired(queue: DelayedQueue, kinds: Sequence[str], patterns: Sequence[str],
+def sweep_misfired(queue: QueueHandle, kinds: Sequence[str], patterns: Sequence[str],
                    policies: Sequence[str], grace_ms: Sequence[int]) -> list[tuple[str, str]]:
     """Delete waiting occurrences due longer ago than their grace, per entry policy (``skip``:
     all of them; ``coalesce``: all but the newest). Returns (key, kind) of each deleted row."""
     params = {"kinds": list(kinds), "patterns": list(patterns), "policies": list(policies),
               "grace_ms": [int(g) for g in grace_ms],
-              "now": queue._now_ms()}  # the queue's one clock (the database's unless injected)
+              "now": queue.clock_ms()}  # the queue's one clock (the database's unless injected)
     return [(r[0], r[1]) for r in queue.db.fetchall(queue.queries["beat_misfire_sweep"], params)]
 
 
-def newer_occurrence_due(queue: DelayedQueue, kind: str, pattern: str, at_ms: int,
+def newer_occurrence_due(queue: QueueHandle, kind: str, pattern: str, at_ms: int,
                          now_ms: int) -> bool:
     """Whether an occurrence matching ``pattern`` (LIKE, escaped) newer than ``at_ms`` is due."""
     row = queue.db.fetchone(queue.queries["beat_newer_due"],
