@@ -16,7 +16,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import DecodeError
@@ -29,9 +29,11 @@ from ..core.timeutil import to_ms
 from ..core.types import Envelope
 from ..scheduling.misfire import misfired
 from .names import EXCEPTION_OPTION, PERIODIC_OPTION, TRACEBACK_OPTION, canonical
+from .registry import superseded
 
 if TYPE_CHECKING:
-    from .broker import DelayqBroker
+    from ..core.db import Database
+    from ..core.queue import DelayedQueue
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,32 @@ NOTE_GAP_S = 0.010
 TRACEBACK_LIMIT = 30
 
 
+class BrokerPort(Protocol):
+    """What consumers and the hub need of their broker (:class:`~.broker.DelayqBroker`), so
+    this module does not import the broker, which imports it."""
+
+    db: Database
+    queue: DelayedQueue
+    hub: Hub
+    polling_interval: float
+    unheard_polling_interval: float
+    lease_s: float
+    dead_message_ttl_s: float
+
+    def kinds_of(self, queue_name: str) -> list[str]:
+        """Every kind of a queue, highest priority first."""
+
+    def dead_letter_kind(self, queue_name: str) -> str:
+        """Where the queue's failed messages go."""
+
+    def record_failure(self, queue_name: str, message: MessageProxy,
+                       exc: BaseException | None) -> None:
+        """Remember a dead-lettered message's exception (``join(fail_fast=True)``)."""
+
+    def expire_dead_letters(self) -> int:
+        """Delete dead letters past their retention; returns how many."""
+
+
 class DelayqMessageProxy(MessageProxy):
     """A delivered message; ``envelope`` is the row it came from (its id and lock)."""
 
@@ -68,7 +96,7 @@ class DelayqMessageProxy(MessageProxy):
 class DelayqConsumer(Consumer):
     """Iterates over the due messages of one queue (all its priority kinds)."""
 
-    def __init__(self, broker: DelayqBroker, queue_name: str, prefetch: int, timeout_ms: int):
+    def __init__(self, broker: BrokerPort, queue_name: str, prefetch: int, timeout_ms: int):
         self.broker = broker
         self.queue_name = queue_name
         self.kinds = broker.kinds_of(queue_name)
@@ -191,8 +219,6 @@ class DelayqConsumer(Consumer):
         return DelayqMessageProxy(message, env)
 
     def _misfired(self, env: Envelope, message: Message) -> bool:
-        from .periodic import superseded
-
         info = message.options[PERIODIC_OPTION]
         now_ms = to_ms(self.broker.queue.now())
         return misfired(self.broker.queue, env.kind, info, now_ms) or superseded(info, now_ms)
@@ -352,7 +378,7 @@ def _envelope(message: MessageProxy) -> Envelope:
 class Hub:
     """One thread per broker: LISTEN wake-ups, batched acks, lease extension, retention."""
 
-    def __init__(self, broker: DelayqBroker) -> None:
+    def __init__(self, broker: BrokerPort) -> None:
         self.broker = broker
         self._consumers: set[DelayqConsumer] = set()
         self._lock = threading.Lock()

@@ -35,31 +35,21 @@ from dramatiq.middleware import Middleware
 
 from ..core.errors import InvalidInput
 from ..formats import dramatiq as names
-from ..scheduling.entries import EntrySpec, entry_hash, make_spec
+from ..scheduling.entries import EntrySpec, make_spec
 from ..scheduling.installer import Installer
 from ..scheduling.plans import Occurrence, RefreshReport, Settings
 from ..scheduling.schedules import parse_crontab
-from ..scheduling.times import newer_occurrence_passed
 from .broker import DelayqBroker
 from .ledger import DramatiqLedger
+from .registry import REGISTRY, PeriodicEntry, superseded
+
+__all__ = ["REGISTRY", "DramatiqDelivery", "PeriodicEntry", "PeriodicMiddleware",
+           "PeriodicScheduler", "periodic", "superseded"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_S = 60.0
 DEFAULT_HORIZON_S = 3600.0
-
-
-@dataclass(frozen=True)
-class PeriodicEntry:
-    """One periodic actor: its engine entry and the zone its schedule is read in."""
-
-    spec: EntrySpec
-    zone: tzinfo
-    actor: dramatiq.Actor[Any, Any]
-
-
-#: Every entry declared with :func:`periodic` in this process, by entry name.
-REGISTRY: dict[str, PeriodicEntry] = {}
 
 
 def periodic(
@@ -111,31 +101,6 @@ def _check_actor(actor: object) -> None:
         "    @periodic(...)\n"
         "    @dramatiq.actor(...)\n"
         f"    def {getattr(actor, '__name__', 'fn')}(...): ...")
-
-
-def superseded(info: object, now_ms: int) -> bool:
-    """Worker side of ``coalesce`` after an outage (see :mod:`.catchup`): True if the
-    occurrence ``info`` (a message's ``delayq_periodic`` option) misfired and a newer
-    occurrence of its entry is already past, installed or not, so that one is the run.
-
-    For occurrences whose header has no ``next_ms`` (installed before it existed), and only
-    for entries declared in this process under the same config hash; anything else is left to
-    the engine's ``misfired`` (never drop what cannot be checked)."""
-    if not isinstance(info, Mapping) or info.get("misfire") != "coalesce":
-        return False
-    entry = REGISTRY.get(str(info.get("entry")))
-    try:
-        at_ms, grace_ms = int(info["at_ms"]), int(info["grace_ms"])
-    except (KeyError, TypeError, ValueError):
-        return False
-    if entry is None or now_ms - at_ms <= grace_ms \
-            or entry_hash(entry.spec, entry.zone) != info.get("hash"):
-        return False
-    if not newer_occurrence_passed(entry.spec.schedule, entry.zone, at_ms, now_ms):
-        return False
-    log.warning("delayq periodic: coalescing %s occurrence at %d ms into a newer one "
-                "(%.1f s late)", entry.spec.name, at_ms, (now_ms - at_ms) / 1000)
-    return True
 
 
 @dataclass(frozen=True)
