@@ -14,8 +14,7 @@ from ..core.bindings import DEFAULT_BINDING_TTL_S
 from ..core.queue import DelayedQueue
 from ..formats.celery import queue_of_kind
 from ..tasks.service import iso
-from .app import state
-from .pages import Guard, render
+from .context import Guard, render, state
 
 #: A queue whose consumers' heartbeat is older than this is shown as not consumed.
 LIVE_MS = int(DEFAULT_BINDING_TTL_S * 1000)
