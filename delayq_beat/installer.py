@@ -93,7 +93,7 @@ class Installer(engine.Installer):
                  spec_defaults: Mapping[str, Any] | None = None,
                  check_task: Callable[[EntrySpec], None] | None = None) -> None:
         super().__init__(queue, store, zone, settings, delivery=CeleryDelivery(route),
-                         spec_defaults=spec_defaults, check_task=check_task, catch_up=False)
+                         spec_defaults=spec_defaults, check_task=check_task)
 
 
 def _expires(spec: EntrySpec, at: datetime) -> datetime | None:

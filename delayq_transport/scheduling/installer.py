@@ -51,7 +51,6 @@ class Installer:
         delivery: Delivery,
         spec_defaults: Mapping[str, Any] | None = None,
         check_task: Callable[[EntrySpec], None] | None = None,
-        catch_up: bool = True,
     ) -> None:
         self.queue = queue
         self.store = store
@@ -63,12 +62,12 @@ class Installer:
         self.check_task = check_task
         #: (entry, hash, kind) this process has fully installed; others are installed in full.
         self._verified: set[tuple[str, str, str]] = set()
-        self.gaps = GapCatcher(queue, store, self.settings, delivery) if catch_up else None
+        self.gaps = GapCatcher(queue, store, self.settings, delivery)
 
     @property
     def caught_up(self) -> dict[str, list[datetime]]:
         """entry -> the runs the last refresh caught up for it (what the log line says)."""
-        return {} if self.gaps is None else self.gaps.caught_up
+        return self.gaps.caught_up
 
     def zone_for(self, spec: EntrySpec) -> tzinfo:
         """The time zone an entry's schedule is read in: its own, else the scheduler's."""
@@ -83,8 +82,7 @@ class Installer:
         specs, broken = self._merge_db_entries(config, report)
         installed = {i.name: i for i in self.store.installed()}
         plans = self._plans(specs, now, report)
-        after_gaps, claimed = (installed, []) if self.gaps is None else \
-            self.gaps.catch_up(plans, installed, now, report)
+        after_gaps, claimed = self.gaps.catch_up(plans, installed, now, report)
         for plan in claimed:  # their horizon is in: offer only what comes later
             self.verified(plan)
         ledger = self._install(plans, after_gaps, report)

@@ -55,7 +55,8 @@ class Occurrence:
         """What the worker-side misfire check reads (:func:`.misfire.misfired`)."""
         spec = self.spec
         return misfire.occurrence_header(
-            spec.name, spec.prefix, self.hash, self.at_ms, spec.misfire, spec.grace_ms)
+            spec.name, spec.prefix, self.hash, self.at_ms, spec.misfire, spec.grace_ms,
+            None if self.next_at is None else to_ms(self.next_at))
 
 
 class Delivery(Protocol):
