@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
+from test_beat_installer import T0, Clock  # beat's tests' injected clock
 
 from delayq_beat import BeatStore, Installer, Settings, drop_misfired, make_spec
 from delayq_transport import DelayedQueue
 from delayq_transport.core.timeutil import from_ms, to_ms
 from delayq_transport.transport import message
 
-T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
 #: Every beat is down from T0 (horizon: ten minutes, T0+1m..T0+10m) to here.
 RESTART = T0 + 30 * MINUTE + timedelta(seconds=30)
@@ -25,14 +25,6 @@ SETTINGS = Settings(refresh_interval=MINUTE, horizon=10 * MINUTE)
 POLICIES = ("coalesce", "skip", "run_all")
 #: What each policy runs of the gap T0+11m..T0+30m (minutes after T0).
 GAP_RUNS = {"coalesce": [30], "skip": [], "run_all": list(range(11, 31))}
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture
