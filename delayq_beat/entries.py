@@ -2,9 +2,12 @@
 engine's schedules (:mod:`delayq_transport.scheduling.schedules`).
 
 ``schedule`` (and plain seconds or a timedelta) becomes an interval, ``crontab`` its expanded
-fields (so its config hash is the one Celery's own expansion gives), ``solar`` the same event at
-the same place. The functions here take either kind of schedule, so code written against
-Celery's objects keeps working; the time rules are the engine's (:mod:`..scheduling.times`).
+fields (so its config hash is the one Celery's own expansion gives), and the crontab's own time
+zone when it has one (django-celery-beat's ``TzAwareCrontab``), ``solar`` the same event at the
+same place, a clocked schedule (anything with a ``clocked_time``: django-celery-beat's
+``clocked``) one instant. The functions here take either kind of schedule, so code written
+against Celery's objects keeps working; the time rules are the engine's
+(:mod:`..scheduling.times`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 from celery.schedules import crontab, schedule, solar
 
 from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core.timeutil import to_ms
 from delayq_transport.scheduling import entries, schedules, times
 from delayq_transport.scheduling.entries import (
     DEFAULT_GRACE_S,
@@ -31,7 +35,7 @@ from delayq_transport.scheduling.schedules import Schedule, parse_crontab, sched
 
 __all__ = ["DEFAULT_GRACE_S", "DEFAULT_MISFIRE", "DELAYQ_OPTIONS", "MISFIRE_POLICIES",
            "EntrySpec", "entry_hash", "entry_name", "from_celery", "key_prefix", "make_spec",
-           "occurrences", "parse_crontab", "schedule_from_json", "schedule_to_json"]
+           "occurrences", "own_zone", "parse_crontab", "schedule_from_json", "schedule_to_json"]
 
 
 def from_celery(sched: object) -> object:
@@ -46,7 +50,17 @@ def from_celery(sched: object) -> object:
         return schedules.Solar(sched.event, float(sched.lat), float(sched.lon))
     if isinstance(sched, schedule):
         return schedules.Interval.of(sched.run_every)
+    clocked_time = getattr(sched, "clocked_time", None)
+    if isinstance(clocked_time, datetime):
+        return schedules.Clocked(to_ms(clocked_time, what="clocked_time"))
     return sched
+
+
+def own_zone(sched: object) -> tzinfo | None:
+    """The time zone a crontab carries itself (set on the instance, as ``TzAwareCrontab``
+    does), else None: the entry is then read in the app's ``timezone``."""
+    zone = vars(sched).get("tz") if isinstance(sched, crontab) else None
+    return zone if isinstance(zone, tzinfo) else None
 
 
 def _written(orig: object, expanded: Iterable[int]) -> str:
@@ -57,6 +71,8 @@ def _written(orig: object, expanded: Iterable[int]) -> str:
 def make_spec(name: str, task: object, sched: object, args: Any = (), kwargs: Any = None,
               options: Any = None, **settings: Any) -> EntrySpec:
     """:func:`~delayq_transport.scheduling.entries.make_spec` for Celery schedules too."""
+    if settings.get("zone") is None and own_zone(sched) is not None:
+        settings["zone"] = own_zone(sched)
     return entries.make_spec(name, task, from_celery(sched), args, kwargs, options, **settings)
 
 
@@ -71,6 +87,6 @@ def schedule_to_json(sched: object) -> dict[str, Any]:
 
 def _schedule(sched: object) -> Schedule:
     engine = from_celery(sched)
-    if not isinstance(engine, schedules.Interval | schedules.Crontab | schedules.Solar):
+    if not isinstance(engine, schedules.SCHEDULE_TYPES):
         raise InvalidInput(f"unsupported schedule type {type(sched).__name__}")
     return engine

@@ -14,7 +14,7 @@ from delayq_transport.scheduling.store import (
     StoredEntry,
 )
 
-from .entries import EntrySpec, from_celery
+from .entries import EntrySpec, from_celery, own_zone
 
 __all__ = ["BEAT_MIGRATION_VERSION", "BeatStore", "InstalledEntry", "StoredEntry"]
 
@@ -25,5 +25,8 @@ class BeatStore(EntryStore):
     def add(self, name: str, task: str, schedule: object, args: Sequence[Any] = (),
             kwargs: Mapping[str, Any] | None = None, options: Mapping[str, Any] | None = None,
             *, enabled: bool = True) -> EntrySpec:
+        zone = own_zone(schedule)  # a crontab's own zone is the entry's: stored as delayq_tz
+        if zone is not None and "delayq_tz" not in (options or {}):
+            options = {**(options or {}), "delayq_tz": zone}
         return super().add(name, task, from_celery(schedule), args, kwargs, options,
                            enabled=enabled)

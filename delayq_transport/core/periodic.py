@@ -42,6 +42,18 @@ class InstalledRow:
     config_hash: str
     installed_until_ms: int
     updated_at_ms: int
+    #: When this configuration was first installed (recorded by :meth:`first_install` only).
+    first_installed_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class FirstInstall:
+    """What :meth:`PeriodicStore.first_install` found: the recorded time, the ledger's
+    ``installedUntil`` after the claim, and whether this call made the claim."""
+
+    at_ms: int
+    installed_until_ms: int
+    inserted: bool
 
 
 #: Separates a queue table's name from a ledger namespace in ``tableName``.
@@ -83,7 +95,17 @@ class PeriodicStore:
 
     def installed(self) -> list[InstalledRow]:
         rows = self.db.fetchall(self.q["beat_installed_list"], self._params())
-        return [InstalledRow(r[0], r[1], r[2], int(r[3]), int(r[4])) for r in rows]
+        return [InstalledRow(r[0], r[1], r[2], int(r[3]), int(r[4]),
+                             None if r[5] is None else int(r[5])) for r in rows]
+
+    def first_install(self, name: str, kind: str, config_hash: str,
+                      now_ms: int | None = None) -> FirstInstall:
+        """Claim (or read) when ``name`` was first installed under ``config_hash``: the same
+        answer for every scheduler, whichever claims first (``beat_first_install``)."""
+        row = self.db.fetchone(self.q["beat_first_install"], self._params(
+            name=name, kind=validate_kind(kind), hash=config_hash, now=now_ms))
+        assert row is not None
+        return FirstInstall(int(row[0]), int(row[1]), bool(row[2]))
 
     def in_use(self) -> bool:
         """Whether this table has any entry or installed occurrence (cheap: two EXISTS)."""

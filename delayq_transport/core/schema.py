@@ -184,6 +184,10 @@ def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
 
 
 
+def _ledger_first_install(conn: psycopg.Connection[Any], q: Queries) -> None:
+    conn.execute(q["beat_ledger_first_install_column"])
+
+
 #: Applied in order; never edit a released migration, add a new one.
 MIGRATIONS: list[Migration] = [
     Migration(1, "delayed_queue table and the three indexes of internals.md", _create_queue_table),
@@ -198,6 +202,8 @@ MIGRATIONS: list[Migration] = [
               create_periodic_tables),
     Migration(11, "run ledger: applied parts of Spark runs and stream micro-batches",
               _create_runs_table),
+    Migration(12, "scheduling ledger: when each entry was first installed (interval anchors, "
+              "one-offs)", _ledger_first_install),
 ]
 
 

@@ -31,12 +31,13 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, tzinfo
 
 from ..core.errors import DelayqError
+from ..core.periodic import FirstInstall
 from ..core.queue import DelayedQueue
 from ..core.timeutil import from_ms, to_ms
 from .entries import EntrySpec
-from .plans import Delivery, Plan, RefreshReport, Settings
+from .plans import Delivery, Occurrence, Plan, RefreshReport, Settings
 from .store import EntryStore, InstalledEntry
-from .times import newest_occurrences
+from .times import Timed, newest_occurrences
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,18 @@ _MS = timedelta(milliseconds=1)
 
 
 def catch_up_times(spec: EntrySpec, zone: tzinfo, after: datetime, until: datetime,
-                   now: datetime, limit: int = MAX_CATCH_UP) -> list[datetime]:
-    """Which never-installed occurrences in ``(after, until]`` run, by the entry's policy."""
+                   now: datetime, limit: int = MAX_CATCH_UP,
+                   schedule: Timed | None = None) -> list[datetime]:
+    """Which never-installed occurrences in ``(after, until]`` run, by the entry's policy
+    (``schedule``: the entry's, within its bounds; default its plain schedule)."""
+    sched = spec.schedule if schedule is None else schedule
     if spec.misfire == "run_all":
-        return newest_occurrences(spec.schedule, zone, after, until, limit)
+        return newest_occurrences(sched, zone, after, until, limit)
     grace = timedelta(seconds=spec.grace_s)
     # On time: late by at most grace (as the worker's check counts); ``after`` is exclusive.
-    runs = newest_occurrences(spec.schedule, zone, max(after, now - grace - _MS), until, limit)
+    runs = newest_occurrences(sched, zone, max(after, now - grace - _MS), until, limit)
     if spec.misfire == "coalesce":
-        newest_due = newest_occurrences(spec.schedule, zone, after, min(now, until), 1)
+        newest_due = newest_occurrences(sched, zone, after, min(now, until), 1)
         if newest_due and now - newest_due[0] > grace:  # misfired, and no due one on time
             runs = newest_due + runs
     return runs
@@ -100,13 +104,17 @@ class GapCatcher:
         spec, kind = plan.spec, plan.route.kind
         gap_start = from_ms(previous.installed_until_ms)
         try:
-            runs = catch_up_times(spec, plan.zone, gap_start, gap_end, now)
+            runs = catch_up_times(spec, plan.zone, gap_start, gap_end, now,
+                                  schedule=plan.bounded)
         except (DelayqError, ValueError, TypeError, LookupError) as exc:
             # One entry's schedule never stops the others; its horizon still installs.
             log.error("delayq beat: entry %r: gap not caught up: %s", spec.name, exc)
             return None
+        if not runs and not plan.times:
+            return None  # ended (or its one instant is past) with nothing owed
         offers = [(o.key, self.delivery.encode(o), o.at) for o in plan.occurrences(runs)]
-        until_ms = to_ms(plan.times[-1])
+        until_ms = to_ms(plan.times[-1]) if plan.times else max(
+            previous.installed_until_ms, to_ms(runs[-1]))
         created = self.store.catch_up(
             previous, until_ms, to_ms(gap_end), offers,
             min_lead_ms=self.settings.min_lead // _MS,
@@ -121,3 +129,19 @@ class GapCatcher:
                     gap_start.isoformat(), gap_end.isoformat(), spec.misfire, len(runs),
                     f", newest for {runs[-1].isoformat()}" if runs else "")
         return InstalledEntry(spec.name, kind, plan.hash, until_ms, 0)
+
+    def run_now(self, spec: EntrySpec, hash_: str, kind: str, runs: list[datetime],
+                claim: FirstInstall, now: datetime, report: RefreshReport) -> None:
+        """Install ``runs`` due at once for a one-off first seen past its instant; called by
+        the one scheduler whose first-install claim it was, so it happens once."""
+        route = self.delivery.route(spec)
+        owed = [Occurrence(spec, route, hash_, at, None) for at in runs]
+        offers = [(o.key, self.delivery.encode(o), o.at) for o in owed]
+        seen = InstalledEntry(spec.name, kind, hash_, claim.installed_until_ms, 0)
+        created = self.store.catch_up(
+            seen, claim.installed_until_ms, to_ms(now + self.settings.min_lead), offers,
+            min_lead_ms=self.settings.min_lead // _MS,
+            now_ms=to_ms(now) if self.queue.clock is not None else None)
+        report.installed[spec.name] = report.installed.get(spec.name, 0) + len(created or ())
+        log.warning("delayq beat: one-off entry %r first seen %s after its time; misfire=%s: "
+                    "%d run(s)", spec.name, now - runs[-1], spec.misfire, len(created or ()))

@@ -12,20 +12,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import timedelta, tzinfo
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 from urllib.parse import unquote
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..core.cron import config_hash, validate_prefix
 from ..core.errors import InvalidInput
-from .schedules import Crontab, Interval, Schedule, Solar, fingerprint
+from ..core.timeutil import to_ms
+from .schedules import SCHEDULE_TYPES, Interval, Schedule, fingerprint
 
 MISFIRE_POLICIES = ("coalesce", "run_all", "skip")
 DEFAULT_MISFIRE = "coalesce"
 DEFAULT_GRACE_S = 60.0
-#: Options that steer delayq and are not passed on to the task message.
-DELAYQ_OPTIONS = ("delayq_misfire", "delayq_grace")
+#: Options that steer delayq and are not passed on to the task message: the misfire policy,
+#: and the entry's own time zone, bounds (start, end), one-off flag and interval anchor.
+DELAYQ_OPTIONS = ("delayq_misfire", "delayq_grace", "delayq_tz", "delayq_start_time",
+                  "delayq_expires", "delayq_one_off", "delayq_anchor")
+ANCHORS = ("epoch", "first_install")
 _HASH_VERSION = "delayq-beat-1"
 
 
@@ -49,7 +54,9 @@ def entry_name(prefix: str) -> str:
 @dataclass(frozen=True)
 class EntrySpec:
     """One validated entry. ``options`` belong to the front end (message options); ``zone``
-    is the entry's own time zone (None: the scheduler's)."""
+    is the entry's own time zone (None: the scheduler's); no occurrence is before
+    ``start_time`` or at/after ``expires`` (the entry's end, not the messages' expiry); a
+    ``one_off`` entry runs its first occurrence only; a disabled one is not installed."""
 
     name: str
     task: str
@@ -61,6 +68,10 @@ class EntrySpec:
     grace_s: float = DEFAULT_GRACE_S
     source: str = "config"
     zone: tzinfo | None = None
+    start_time: datetime | None = None
+    expires: datetime | None = None
+    one_off: bool = False
+    enabled: bool = True
 
     @property
     def prefix(self) -> str:
@@ -83,10 +94,13 @@ def make_spec(
     default_grace_s: float = DEFAULT_GRACE_S,
     source: str = "config",
     zone: tzinfo | None = None,
+    enabled: bool = True,
 ) -> EntrySpec:
     """Validate one entry; raises InvalidInput naming the entry and the problem.
 
-    ``sched``: a :data:`~.schedules.Schedule`, or seconds / a timedelta for an interval."""
+    ``sched``: a :data:`~.schedules.Schedule`, or seconds / a timedelta for an interval.
+    ``options`` may carry :data:`DELAYQ_OPTIONS` (popped: they shape the entry, not its
+    messages); ``zone`` wins over ``delayq_tz``."""
     key_prefix(name)
     if not isinstance(task, str) or not task:
         raise InvalidInput(f"beat entry {name!r}: task must be a task name, got {task!r}")
@@ -109,8 +123,62 @@ def make_spec(
         )
     grace = _seconds(options.pop("delayq_grace", default_grace_s),
                      f"beat entry {name!r}: delayq_grace")
-    return EntrySpec(name, task, coerce_schedule(name, sched), args, kwargs, options,
-                     misfire, grace, source, zone)
+    what = f"beat entry {name!r}"
+    own_zone = _zone(options.pop("delayq_tz", None), f"{what}: delayq_tz")
+    zone = zone or own_zone
+    start = instant(options.pop("delayq_start_time", None), f"{what}: delayq_start_time")
+    end = instant(options.pop("delayq_expires", None), f"{what}: delayq_expires")
+    one_off = options.pop("delayq_one_off", False)
+    if not isinstance(one_off, bool):
+        raise InvalidInput(f"{what}: delayq_one_off must be true or false, got {one_off!r}")
+    schedule = _anchored(coerce_schedule(name, sched), options.pop("delayq_anchor", None),
+                         start, what)
+    return EntrySpec(name, task, schedule, args, kwargs, options, misfire, grace, source, zone,
+                     start, end, one_off, enabled)
+
+
+def _zone(value: object, what: str) -> tzinfo | None:
+    """A zone name (IANA) or a tzinfo; None when not given."""
+    if value is None or isinstance(value, tzinfo):
+        return value
+    try:
+        return ZoneInfo(str(value))
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidInput(f"{what}: unknown time zone {value!r}") from exc
+
+
+def instant(value: object, what: str) -> datetime | None:
+    """An aware datetime, or its ISO-8601 text with an offset (as stored); None if not given."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise InvalidInput(f"{what}: not an ISO-8601 time: {value!r}") from exc
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{what} must be an aware datetime, got {value!r}")
+    to_ms(value, what=what)  # refuses a naive one, naming it
+    return value
+
+
+def _anchored(sched: Schedule, anchor: object, start: datetime | None, what: str) -> Schedule:
+    """An interval's anchor: ``delayq_anchor`` ("epoch", "first_install" or a time), else the
+    start time when there is one (the first run is then at the start, as django-celery-beat
+    does), else the epoch."""
+    if anchor is None:
+        if start is None or not isinstance(sched, Interval) or sched.anchor_ms is not None \
+                or sched.from_first_install:
+            return sched
+        anchor = start
+    if not isinstance(sched, Interval):
+        raise InvalidInput(f"{what}: delayq_anchor applies to interval schedules only")
+    if anchor == "epoch":
+        return replace(sched, anchor_ms=None, from_first_install=False)
+    if anchor == "first_install":
+        return replace(sched, anchor_ms=None, from_first_install=True)
+    at = instant(anchor, f"{what}: delayq_anchor (one of {ANCHORS} or a time)")
+    return replace(sched, anchor_ms=None if at is None else to_ms(at), from_first_install=False)
 
 
 def _seconds(value: object, what: str) -> float:
@@ -130,12 +198,24 @@ def coerce_schedule(name: str, sched: object) -> Schedule:
             return Interval.of(sched)
     except InvalidInput as exc:
         raise InvalidInput(f"beat entry {name!r}: {exc}") from exc
-    if isinstance(sched, Interval | Crontab | Solar):
+    if isinstance(sched, SCHEDULE_TYPES):
         return sched
     raise InvalidInput(
         f"beat entry {name!r}: unsupported schedule type {type(sched).__name__} "
-        "(use a number, timedelta, interval, crontab or solar)"
+        "(use a number, timedelta, interval, crontab, solar or clocked)"
     )
+
+
+def storable_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Options as JSON can store them: zones by name, times as ISO-8601 (read back by
+    :func:`make_spec` to the same entry)."""
+    out = dict(options)
+    for key, value in out.items():
+        if isinstance(value, datetime):
+            out[key] = value.isoformat()
+        elif isinstance(value, tzinfo):
+            out[key] = zone_name(value)
+    return out
 
 
 def zone_name(zone: tzinfo) -> str:
@@ -145,10 +225,12 @@ def zone_name(zone: tzinfo) -> str:
 def entry_hash(spec: EntrySpec, zone: tzinfo) -> str:
     """Covers everything that shapes an occurrence: task, schedule, args, options, time zone
     (``zone``: the one the entry is evaluated in)."""
-    canonical = json.dumps(
-        {"args": list(spec.args), "kwargs": spec.kwargs, "options": spec.options,
-         "misfire": [spec.misfire, spec.grace_s]},
-        sort_keys=True, default=repr,
-    )
+    shape: dict[str, Any] = {"args": list(spec.args), "kwargs": spec.kwargs,
+                             "options": spec.options, "misfire": [spec.misfire, spec.grace_s]}
+    bounds = {"start_time": spec.start_time and to_ms(spec.start_time),
+              "expires": spec.expires and to_ms(spec.expires), "one_off": spec.one_off or None}
+    if any(v is not None for v in bounds.values()):  # only then: older hashes stay as they were
+        shape["bounds"] = {k: v for k, v in bounds.items() if v is not None}
+    canonical = json.dumps(shape, sort_keys=True, default=repr)
     return config_hash(_HASH_VERSION, spec.task, fingerprint(spec.schedule), canonical,
                        zone_name(zone))

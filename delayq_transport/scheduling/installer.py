@@ -28,11 +28,11 @@ from ..core.errors import DelayqError, InvalidInput
 from ..core.queue import DelayedQueue
 from ..core.timeutil import to_ms
 from ..core.types import Offer
-from . import misfire
+from . import bounds, misfire
 from .catchup import GapCatcher
 from .entries import EntrySpec, entry_hash, key_prefix
 from .plans import Delivery, Occurrence, Plan, RefreshReport, Settings
-from .schedules import fingerprint
+from .schedules import Window
 from .store import EntryStore, InstalledEntry
 from .times import next_after, occurrences
 
@@ -81,7 +81,7 @@ class Installer:
         now = self.queue.now()
         specs, broken = self._merge_db_entries(config, report)
         installed = {i.name: i for i in self.store.installed()}
-        plans = self._plans(specs, now, report)
+        plans = self._plans(specs, now, installed, report)
         after_gaps, claimed = self.gaps.catch_up(plans, installed, now, report)
         for plan in claimed:  # their horizon is in: offer only what comes later
             self.verified(plan)
@@ -121,8 +121,10 @@ class Installer:
         broken.add(name)
 
     def _plans(self, specs: Mapping[str, EntrySpec], now: datetime,
-               report: RefreshReport) -> list[Plan]:
-        """Hash, route and occurrence times per entry; equal schedules are computed once."""
+               installed: Mapping[str, InstalledEntry], report: RefreshReport) -> list[Plan]:
+        """Hash, route, bounds and occurrence times per entry; equal schedules are computed
+        once. An entry with nothing left to install (ended, or its one instant passed) has a
+        plan without times: it is not gone, so it is not uninstalled."""
         after = now + self.settings.min_lead
         until = now + self.settings.effective_horizon
         cache: dict[tuple[Any, ...], tuple[list[datetime], datetime | None]] = {}
@@ -133,18 +135,43 @@ class Installer:
                     self.check_task(spec)
                 route = self.delivery.route(spec)
                 zone = self.zone_for(spec)
-                key = (fingerprint(spec.schedule), zone)
+                hash_ = entry_hash(spec, zone)
+                bounded = self._bounded(spec, hash_, route.kind, installed.get(name), now,
+                                        report)
+                key = (bounded, zone)
                 if key not in cache:
-                    times = occurrences(spec.schedule, after, until, zone,
+                    times = occurrences(bounded, after, until, zone,
                                         self.settings.min_occurrences)
-                    cache[key] = (times, next_after(spec.schedule, zone, times[-1]))
+                    cache[key] = (times, next_after(bounded, zone, times[-1]) if times else None)
                 times, following = cache[key]
-                plan = Plan(spec, entry_hash(spec, zone), route, zone, times, following)
-                self.delivery.encode(plan.occurrences()[0])  # bad options fail here, per entry
+                plan = Plan(spec, hash_, route, zone, times, following, bounded)
+                if times:
+                    self.delivery.encode(plan.occurrences()[0])  # bad options fail here
                 plans.append(plan)
             except (DelayqError, ValueError, TypeError, LookupError) as exc:
                 self._fail(name, exc, report, set())
         return plans
+
+    def _bounded(self, spec: EntrySpec, hash_: str, kind: str,
+                 previous: InstalledEntry | None, now: datetime,
+                 report: RefreshReport) -> Window:
+        """The entry's window; claims its first install in the ledger when it needs one (one
+        statement, on the first refresh of a new or changed entry only), and runs a one-off
+        already due when first seen, once whoever sees it first."""
+        if not (bounds.needs_first_install(spec) or bounds.single_instant(spec)):
+            return bounds.window(spec, None)
+        same = previous is not None and (previous.config_hash, previous.kind) == (hash_, kind)
+        first = previous.first_installed_ms if same and previous is not None else None
+        if same and (first is not None or not bounds.needs_first_install(spec)):
+            return bounds.window(spec, first)
+        claim = self.store.first_install(spec.name, kind, hash_, self.queue.clock_ms())
+        bounded = bounds.window(spec, claim.at_ms)
+        if claim.inserted and bounds.single_instant(spec):
+            owed = bounds.owed_at_first_sight(spec, bounded, self.zone_for(spec), now,
+                                              self.settings.min_lead)
+            if owed:
+                self.gaps.run_now(spec, hash_, kind, owed, claim, now, report)
+        return bounded
 
     def _install(self, plans: list[Plan], installed: Mapping[str, InstalledEntry],
                  report: RefreshReport) -> list[InstalledEntry]:
@@ -153,6 +180,8 @@ class Installer:
         for plan in plans:
             name, kind = plan.spec.name, plan.route.kind
             previous = installed.get(name)
+            if not plan.times:
+                continue  # ended, or its one instant passed: nothing to install, none gone
             if previous is not None and (previous.config_hash, previous.kind) == (plan.hash, kind):
                 # Unchanged config: batch with the other entries. A process's first refresh
                 # offers the whole horizon (self-healing), later ones only what is new.

@@ -12,6 +12,7 @@ from ..core.cron import DEFAULT_MIN_LEAD, cron_key
 from ..core.timeutil import to_ms
 from . import misfire
 from .entries import EntrySpec
+from .times import Timed
 
 #: Namespace of occurrence task ids: uuid5(NAMESPACE, key), the same in every process.
 TASK_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://delayq/beat/occurrence")
@@ -84,8 +85,9 @@ class Settings:
 
 @dataclass
 class Plan:
-    """One entry, resolved for this refresh: its occurrences in the horizon, and the one after
-    them (each occurrence's header names its successor)."""
+    """One entry, resolved for this refresh: its schedule within its bounds, its occurrences in
+    the horizon (none when it has ended, or its one instant passed), and the one after them
+    (each occurrence's header names its successor)."""
 
     spec: EntrySpec
     hash: str
@@ -93,6 +95,11 @@ class Plan:
     zone: tzinfo
     times: list[datetime]
     following: datetime | None = None
+    schedule: Timed | None = None
+
+    @property
+    def bounded(self) -> Timed:
+        return self.spec.schedule if self.schedule is None else self.schedule
 
     @property
     def prefix(self) -> str:

@@ -1,4 +1,5 @@
-"""Schedules as the engine sees them: :class:`Interval`, :class:`Crontab` and :class:`Solar`.
+"""Schedules as the engine sees them: :class:`Interval`, :class:`Crontab`, :class:`Solar` and
+:class:`Clocked` (one instant), and the :class:`Window` an entry's bounds make of them.
 
 Framework-neutral values. Celery beat's adapter translates ``celery.schedules`` objects into
 them, Dramatiq's ``@periodic`` its ``cron=``/``every=`` arguments, and DB-backed entries are
@@ -21,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..core.errors import InvalidInput
+from ..core.timeutil import from_ms
 
 #: A crontab's fields in the order of their JSON and fingerprint, with (count, first value).
 CRON_FIELDS: dict[str, tuple[int, int]] = {
@@ -36,23 +38,34 @@ SOLAR_EVENTS = ("dawn_astronomical", "dawn_nautical", "dawn_civil", "sunrise", "
 
 @dataclass(frozen=True)
 class Interval:
-    """Every ``seconds`` (at least one), on multiples of the period since the Unix epoch."""
+    """Every ``seconds`` (at least one), on multiples of the period since an anchor.
+
+    The anchor is the Unix epoch by default (every process agrees without sharing anything:
+    "every 7 days" fires on Thursdays 00:00 UTC), ``anchor_ms`` (e.g. the entry's start time),
+    or, with ``from_first_install``, the time the entry was first installed, which the ledger
+    records once for every scheduler (:meth:`~.store.EntryStore.first_install`)."""
 
     seconds: float
+    anchor_ms: int | None = None
+    from_first_install: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.seconds, bool) or not isinstance(self.seconds, int | float) \
                 or self.seconds < 1:
             raise InvalidInput(f"interval must be at least 1 second, got {self.seconds!r}")
         object.__setattr__(self, "seconds", float(self.seconds))  # 10 and 10.0: one hash
+        if self.anchor_ms is not None and self.from_first_install:
+            raise InvalidInput("an interval is anchored at a time or at its first install, "
+                               "not both")
 
     @classmethod
-    def of(cls, period: timedelta | float) -> Interval:
+    def of(cls, period: timedelta | float, anchor_ms: int | None = None,
+           from_first_install: bool = False) -> Interval:
         """From seconds or a timedelta, rounded to microseconds as a timedelta is (so a
         number and the timedelta made of it are one entry)."""
         if not isinstance(period, timedelta):
             period = timedelta(seconds=period)
-        return cls(period.total_seconds())
+        return cls(period.total_seconds(), anchor_ms, from_first_install)
 
 
 @dataclass(frozen=True)
@@ -101,7 +114,27 @@ class Solar:
             raise InvalidInput("solar schedules need ephem: pip install 'delayq[solar]'")
 
 
-Schedule = Interval | Crontab | Solar
+@dataclass(frozen=True)
+class Clocked:
+    """One instant (django-celery-beat's ``ClockedSchedule``): installed once, run once."""
+
+    at_ms: int
+
+
+Schedule = Interval | Crontab | Solar | Clocked
+SCHEDULE_TYPES = (Interval, Crontab, Solar, Clocked)
+
+
+@dataclass(frozen=True)
+class Window:
+    """A schedule within an entry's bounds, resolved for one refresh: no occurrence before
+    ``start_ms`` or at/after ``end_ms``; with ``once``, only the first at/after ``start_ms``.
+    Never stored or hashed: the entry's fields are (:func:`~.entries.entry_hash`)."""
+
+    schedule: Schedule
+    start_ms: int | None = None
+    end_ms: int | None = None
+    once: bool = False
 
 
 # -- crontab fields (Celery's crontab_parser) ---------------------------------------------
@@ -221,7 +254,11 @@ def fingerprint(sched: Schedule) -> tuple[Any, ...]:
     if isinstance(sched, Solar):
         return ("solar", sched.event, float(sched.lat), float(sched.lon))
     if isinstance(sched, Interval):
-        return ("every", sched.seconds)
+        anchor = ("first_install" if sched.from_first_install else sched.anchor_ms)
+        return ("every", sched.seconds) if anchor is None else \
+            ("every", sched.seconds, "anchor", anchor)
+    if isinstance(sched, Clocked):
+        return ("clocked", sched.at_ms)
     raise InvalidInput(f"unsupported schedule type {type(sched).__name__}")
 
 
@@ -231,14 +268,30 @@ def schedule_to_json(sched: Schedule) -> dict[str, Any]:
     if isinstance(sched, Solar):
         return {"type": "solar", "event": sched.event, "lat": sched.lat, "lon": sched.lon}
     if isinstance(sched, Interval):
-        return {"type": "every", "seconds": sched.seconds}
+        out: dict[str, Any] = {"type": "every", "seconds": sched.seconds}
+        if sched.anchor_ms is not None:
+            out["anchor_ms"] = sched.anchor_ms
+        if sched.from_first_install:
+            out["anchor"] = "first_install"
+        return out
+    if isinstance(sched, Clocked):
+        return {"type": "clocked", "at_ms": sched.at_ms}
     raise InvalidInput(f"unsupported schedule type {type(sched).__name__}")
+
+
+def _interval_from_json(d: Mapping[str, Any]) -> Interval:
+    anchor = d.get("anchor_ms")
+    if d.get("anchor", "epoch") not in ("epoch", "first_install"):
+        raise InvalidInput(f"anchor must be epoch or first_install, got {d.get('anchor')!r}")
+    return Interval.of(float(d["seconds"]), None if anchor is None else int(anchor),
+                       d.get("anchor") == "first_install")
 
 
 _FROM_JSON: dict[str, Callable[[Mapping[str, Any]], Schedule]] = {
     "crontab": lambda d: Crontab.of(**{f: str(d.get(f, "*")) for f in CRON_FIELDS}),
     "solar": lambda d: Solar(str(d["event"]), float(d["lat"]), float(d["lon"])),
-    "every": lambda d: Interval.of(float(d["seconds"])),
+    "every": _interval_from_json,
+    "clocked": lambda d: Clocked(int(d["at_ms"])),
 }
 
 
@@ -247,7 +300,8 @@ def schedule_from_json(data: Mapping[str, Any]) -> Schedule:
     kind = data.get("type")
     build = _FROM_JSON.get(str(kind))
     if build is None:
-        raise InvalidInput(f"unknown schedule type {kind!r} (expected crontab, every or solar)")
+        raise InvalidInput(f"unknown schedule type {kind!r} (expected crontab, every, solar or "
+                           "clocked)")
     try:
         return build(data)
     except (ValueError, KeyError, TypeError, InvalidInput) as exc:
@@ -260,7 +314,10 @@ def describe(definition: Mapping[str, Any] | None) -> str:
     if not sched:
         return ""
     if sched.get("type") == "every":
-        return f"every {sched.get('seconds')}s"
+        anchor = sched.get("anchor") or ("anchored" if "anchor_ms" in sched else "")
+        return f"every {sched.get('seconds')}s {anchor}".strip()
+    if sched.get("type") == "clocked":
+        return f"once at {from_ms(int(sched.get('at_ms') or 0)):%Y-%m-%d %H:%M:%S} UTC"
     if sched.get("type") == "crontab":
         fields = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
         return "crontab " + " ".join(str(sched.get(f, "*")) for f in fields)

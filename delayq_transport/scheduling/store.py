@@ -26,7 +26,7 @@ from ..core import periodic
 from ..core.db import Database
 from ..core.errors import InvalidInput
 from ..core.schema import ensure_schema as ensure_current_schema
-from .entries import EntrySpec, key_prefix, make_spec
+from .entries import EntrySpec, key_prefix, make_spec, storable_options
 from .schedules import schedule_from_json, schedule_to_json
 
 BEAT_MIGRATION_VERSION = 10
@@ -69,7 +69,7 @@ class EntryStore:
             *, enabled: bool = True) -> EntrySpec:
         """Add or replace an entry; validated first, so a bad entry is never stored."""
         spec = make_spec(name, task, schedule, args, kwargs, options, source="db")
-        options = dict(options or {})  # keep delayq_misfire/delayq_grace in the stored options
+        options = storable_options(options or {})  # keeps the delayq_* options (misfire, ...)
         definition = {"task": spec.task, "schedule": schedule_to_json(spec.schedule),
                       "args": list(spec.args), "kwargs": dict(spec.kwargs), "options": options}
         self.rows.upsert_entry(name, json.dumps(definition), enabled)
@@ -102,6 +102,12 @@ class EntryStore:
 
     def forget_installed(self, names: Sequence[str]) -> None:
         self.rows.forget_installed(names)
+
+    def first_install(self, name: str, kind: str, config_hash: str,
+                      now_ms: int | None = None) -> periodic.FirstInstall:
+        """When ``name`` was first installed under ``config_hash``, claimed once for every
+        scheduler (see :meth:`~delayq_transport.core.periodic.PeriodicStore.first_install`)."""
+        return self.rows.first_install(name, kind, config_hash, now_ms)
 
     def catch_up(self, row: InstalledEntry, until_ms: int, gap_end_ms: int,
                  offers: Sequence[tuple[str, bytes, datetime]], *, min_lead_ms: int,

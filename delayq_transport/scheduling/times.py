@@ -4,8 +4,10 @@ Pure (no database, no framework), so every scheduler computes the same keys
 ``{entry}/{configHash}/{UTC epoch ms}`` for the same configuration, and the unique index on the
 key makes the first insert win. Rules (documented in docs/beat.md):
 
-* interval entries fire on multiples of the period since the Unix epoch, so independent
-  processes agree without sharing a start time;
+* interval entries fire on multiples of the period since their anchor: the Unix epoch unless
+  anchored (a start time, or the entry's first install as the ledger recorded it), so
+  independent processes agree without sharing a start time;
+* a clocked entry fires once, at its instant;
 * crontab entries are evaluated on the wall clock of their time zone. A wall time that does
   not exist (spring forward) fires at the matching instant after the gap (02:30 -> 03:30); an
   ambiguous wall time (fall back) fires once, at its first instant, unless the hour field is
@@ -23,7 +25,7 @@ from typing import Any
 
 from ..core.errors import InvalidInput
 from ..core.timeutil import from_ms, to_ms
-from .schedules import Crontab, Interval, Schedule, Solar
+from .schedules import Clocked, Crontab, Interval, Schedule, Solar, Window
 
 #: A crontab that matches nothing within this many days is treated as invalid.
 MAX_SEARCH_DAYS = 366 * 8
@@ -34,8 +36,11 @@ _MINUTES = [timedelta(minutes=m) for m in range(60)]
 _FIRST_WINDOW = timedelta(minutes=5)
 
 
+Timed = Schedule | Window
+
+
 def occurrences(
-    sched: Schedule, after: datetime, until: datetime, zone: tzinfo, min_count: int = 3
+    sched: Timed, after: datetime, until: datetime, zone: tzinfo, min_count: int = 3
 ) -> list[datetime]:
     """Instants in ``(after, until]``, extended to at least ``min_count`` of them (UTC)."""
     to_ms(after, what="after")
@@ -48,18 +53,18 @@ def occurrences(
     return result
 
 
-def next_after(sched: Schedule, zone: tzinfo, at: datetime) -> datetime | None:
+def next_after(sched: Timed, zone: tzinfo, at: datetime) -> datetime | None:
     """The first instant after ``at``, or None if there is none."""
     return next(iter(occurrences(sched, at, at, zone, 1)), None)
 
 
-def newer_occurrence_passed(sched: Schedule, zone: tzinfo, at_ms: int, now_ms: int) -> bool:
+def newer_occurrence_passed(sched: Timed, zone: tzinfo, at_ms: int, now_ms: int) -> bool:
     """Whether the schedule's next occurrence after ``at_ms`` is at or before ``now_ms``."""
     following = next_after(sched, zone, from_ms(at_ms))
     return following is not None and to_ms(following) <= now_ms
 
 
-def newest_occurrences(sched: Schedule, zone: tzinfo, after: datetime, until: datetime,
+def newest_occurrences(sched: Timed, zone: tzinfo, after: datetime, until: datetime,
                        limit: int) -> list[datetime]:
     """The newest ``limit`` occurrences in ``(after, until]``, oldest first.
 
@@ -75,22 +80,48 @@ def newest_occurrences(sched: Schedule, zone: tzinfo, after: datetime, until: da
     return []
 
 
-def _iterate(sched: Schedule, after: datetime, zone: tzinfo) -> Iterator[datetime]:
+def _iterate(sched: Timed, after: datetime, zone: tzinfo) -> Iterator[datetime]:
+    if isinstance(sched, Window):
+        return window_times(sched, after, zone)
     if isinstance(sched, Crontab):
         return crontab_times(sched, after, zone)
     if isinstance(sched, Solar):
         return solar_times(sched, after)
     if isinstance(sched, Interval):
-        return interval_times(timedelta(seconds=sched.seconds), after)
+        if sched.from_first_install:
+            raise InvalidInput("an interval anchored at its first install has no times until "
+                               "the ledger resolves its anchor")
+        return interval_times(timedelta(seconds=sched.seconds), after, sched.anchor_ms or 0)
+    if isinstance(sched, Clocked):
+        return iter([from_ms(sched.at_ms)] if sched.at_ms > to_ms(after) else [])
     raise InvalidInput(f"unsupported schedule type {type(sched).__name__}")
 
 
-def interval_times(period: timedelta, after: datetime) -> Iterator[datetime]:
+def interval_times(period: timedelta, after: datetime, anchor_ms: int = 0
+                   ) -> Iterator[datetime]:
+    """``anchor + k * period`` after ``after`` (the epoch is anchor 0)."""
     period_ms = int(period.total_seconds() * 1000)
-    ms = (to_ms(after) // period_ms + 1) * period_ms
+    ms = anchor_ms + ((to_ms(after) - anchor_ms) // period_ms + 1) * period_ms
     while True:
         yield from_ms(ms)
         ms += period_ms
+
+
+def window_times(window: Window, after: datetime, zone: tzinfo) -> Iterator[datetime]:
+    """The schedule's instants from ``start_ms`` (inclusive) to ``end_ms`` (exclusive); with
+    ``once`` only the first one from ``start_ms``, whatever ``after`` is."""
+    start = None if window.start_ms is None else from_ms(window.start_ms - 1)
+    times: Iterator[datetime]
+    if window.once:
+        first = next(_iterate(window.schedule, start or after, zone), None)
+        times = iter([] if first is None else [first])
+    else:
+        times = _iterate(window.schedule, after if start is None else max(after, start), zone)
+    for at in times:
+        if window.end_ms is not None and to_ms(at) >= window.end_ms:
+            return
+        if at > after:
+            yield at
 
 
 def crontab_times(cron: Crontab, after: datetime, zone: tzinfo) -> Iterator[datetime]:
