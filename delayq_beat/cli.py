@@ -10,7 +10,7 @@ beat list`` also shows the ledgers other front ends registered with the scheduli
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -19,10 +19,11 @@ from rich.table import Table
 from delayq_transport.cli import STATUS_HOOKS, Context, console, register
 from delayq_transport.core.errors import InvalidInput
 from delayq_transport.core.queue import DelayedQueue
-from delayq_transport.core.timeutil import from_ms
+from delayq_transport.core.timeutil import from_ms, to_ms
 from delayq_transport.formats.celery import queue_of_kind
+from delayq_transport.scheduling.entries import instant
 from delayq_transport.scheduling.listing import LEDGERS, list_entries
-from delayq_transport.scheduling.schedules import Solar, parse_crontab
+from delayq_transport.scheduling.schedules import Clocked, Solar, parse_crontab
 from delayq_transport.scheduling.store import EntryStore
 
 from .store import BeatStore
@@ -95,12 +96,15 @@ def _json_arg(text: str | None, what: str, kind: type) -> Any:
     return value
 
 
-def _schedule(every: float | None, cron: str | None, solar: str | None) -> Any:
-    given = [x for x in (every, cron, solar) if x is not None]
+def _schedule(every: float | None, cron: str | None, solar: str | None,
+              at: str | None) -> Any:
+    given = [x for x in (every, cron, solar, at) if x is not None]
     if len(given) != 1:
-        raise click.UsageError("give exactly one of --every, --crontab, --solar")
+        raise click.UsageError("give exactly one of --every, --crontab, --solar, --at")
     if every is not None:
         return timedelta(seconds=every)
+    if at is not None:
+        return Clocked(to_ms(instant(at, "--at") or datetime.now(UTC)))
     if cron is not None:
         return parse_crontab(cron)
     event, _, where = str(solar).partition(":")
@@ -117,6 +121,12 @@ def _schedule(every: float | None, cron: str | None, solar: str | None) -> Any:
 @click.option("--every", type=float, help="Interval in seconds (aligned to the epoch)")
 @click.option("--crontab", "cron", help='"minute hour day-of-month month day-of-week"')
 @click.option("--solar", help="EVENT:LAT,LON, e.g. sunrise:40.7,-74.0 (needs ephem)")
+@click.option("--at", help="One instant (ISO-8601 with its offset): a one-off entry")
+@click.option("--tz", help="The entry's own time zone for --crontab (default: the app's)")
+@click.option("--anchor", help="--every counts from: epoch (default), first_install, or a time")
+@click.option("--start", help="No occurrence before this time (ISO-8601 with its offset)")
+@click.option("--end", help="No occurrence at or after this time (ISO-8601 with its offset)")
+@click.option("--one-off", is_flag=True, help="Run the first occurrence only")
 @click.option("--args", "args_json", help="JSON list of positional arguments")
 @click.option("--kwargs", "kwargs_json", help="JSON object of keyword arguments")
 @click.option("--options", "options_json", help="JSON object of apply_async options")
@@ -128,16 +138,19 @@ def _schedule(every: float | None, cron: str | None, solar: str | None) -> Any:
 @click.option("--disabled", is_flag=True, help="Store it disabled")
 @click.pass_obj
 def add_cmd(obj: Context, name: str, task: str, every: float | None, cron: str | None,
-            solar: str | None, args_json: str | None, kwargs_json: str | None,
-            options_json: str | None, queue: str | None, priority: int | None,
-            expires: float | None, misfire: str | None, grace: float | None,
-            disabled: bool) -> None:
+            solar: str | None, at: str | None, tz: str | None, anchor: str | None,
+            start: str | None, end: str | None, one_off: bool, args_json: str | None,
+            kwargs_json: str | None, options_json: str | None, queue: str | None,
+            priority: int | None, expires: float | None, misfire: str | None,
+            grace: float | None, disabled: bool) -> None:
     """Add or replace a DB-backed entry (running beats pick it up within one refresh)."""
     options = _json_arg(options_json, "options", dict)
     extra = {"queue": queue, "priority": priority, "expires": expires,
-             "delayq_misfire": misfire, "delayq_grace": grace}
+             "delayq_misfire": misfire, "delayq_grace": grace, "delayq_tz": tz,
+             "delayq_anchor": anchor, "delayq_start_time": start, "delayq_expires": end,
+             "delayq_one_off": one_off or None}
     options.update({k: v for k, v in extra.items() if v is not None})
-    sched = _schedule(every, cron, solar)
+    sched = _schedule(every, cron, solar, at)
     dq, store = _store(obj)
     with dq:
         store.add(name, task, sched, _json_arg(args_json, "args", list),

@@ -4,7 +4,8 @@ The refresh itself is the scheduling engine's (:mod:`delayq_transport.scheduling
 this module gives it a :class:`CeleryDelivery`, which routes an entry to a queue kind as the
 kombu transport names them and writes each occurrence as a ready-to-run Celery task message
 (task id = uuid5 of its key, so the same bytes from any beat; the ``delayq_beat`` header for
-the worker's misfire check; ``expires`` relative to the occurrence).
+the worker's misfire check; ``periodic_task_name``, the entry's name, which
+django-celery-results records; ``expires`` relative to the occurrence).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class CeleryDelivery:
         spec, route, task_id = occurrence.spec, occurrence.route, occurrence.task_id
         headers = dict(spec.options.get("headers") or {})
         headers["celery_beat_task"] = True
+        # The entry's name, as django-celery-beat sends it and django-celery-results shows it.
+        headers.setdefault("periodic_task_name", spec.name)
         headers[HEADER] = occurrence.header()
         msg = messages.task_message(
             spec.task, spec.args, spec.kwargs, task_id=task_id,
