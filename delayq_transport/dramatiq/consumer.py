@@ -16,7 +16,6 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
 
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import DecodeError
@@ -29,11 +28,8 @@ from ..core.timeutil import to_ms
 from ..core.types import Envelope
 from ..scheduling.misfire import misfired
 from .names import EXCEPTION_OPTION, PERIODIC_OPTION, TRACEBACK_OPTION, canonical
+from .ports import BrokerPort
 from .registry import superseded
-
-if TYPE_CHECKING:
-    from ..core.db import Database
-    from ..core.queue import DelayedQueue
 
 log = logging.getLogger(__name__)
 
@@ -57,32 +53,6 @@ POLL_GAP_S = 0.020
 NOTE_GAP_S = 0.010
 #: Frames of a dead letter's traceback kept (Dramatiq's Retries keeps 30 too).
 TRACEBACK_LIMIT = 30
-
-
-class BrokerPort(Protocol):
-    """What consumers and the hub need of their broker (:class:`~.broker.DelayqBroker`), so
-    this module does not import the broker, which imports it."""
-
-    db: Database
-    queue: DelayedQueue
-    hub: Hub
-    polling_interval: float
-    unheard_polling_interval: float
-    lease_s: float
-    dead_message_ttl_s: float
-
-    def kinds_of(self, queue_name: str) -> list[str]:
-        """Every kind of a queue, highest priority first."""
-
-    def dead_letter_kind(self, queue_name: str) -> str:
-        """Where the queue's failed messages go."""
-
-    def record_failure(self, queue_name: str, message: MessageProxy,
-                       exc: BaseException | None) -> None:
-        """Remember a dead-lettered message's exception (``join(fail_fast=True)``)."""
-
-    def expire_dead_letters(self) -> int:
-        """Delete dead letters past their retention; returns how many."""
 
 
 class DelayqMessageProxy(MessageProxy):
