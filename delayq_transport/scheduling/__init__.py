@@ -5,7 +5,10 @@ actors (:mod:`delayq_transport.dramatiq.periodic`) translate their entries into 
 :class:`EntrySpec` and give the :class:`Installer` a :class:`Delivery` that encodes their own
 messages; everything else is here, once:
 
-* :mod:`.schedules`: interval, crontab and solar schedules, their fingerprint and JSON;
+* :mod:`.schedules`: interval (anchored or not), crontab, solar and clocked (one instant)
+  schedules, their fingerprint and JSON;
+* :mod:`.bounds`: an entry's start, end, one-off flag and first-install anchor made into the
+  window a refresh installs from;
 * :mod:`.times`: the UTC instants a schedule fires at (time zones and DST);
 * :mod:`.entries`: entries, key prefixes and config hashes;
 * :mod:`.installer` / :mod:`.plans`: the refresh that installs occurrences;
@@ -32,15 +35,15 @@ from .entries import (
 from .installer import Installer
 from .misfire import HEADER, drop_misfired, misfired
 from .plans import Delivery, Occurrence, Plan, RefreshReport, Settings, occurrence_task_id
-from .schedules import Crontab, Interval, Schedule, Solar, parse_crontab
+from .schedules import Clocked, Crontab, Interval, Schedule, Solar, Window, parse_crontab
 from .store import EntryStore, InstalledEntry, StoredEntry
 from .times import newest_occurrences, next_after, occurrences
 
 __all__ = [
     "DEFAULT_GRACE_S", "DEFAULT_MISFIRE", "HEADER", "MAX_CATCH_UP", "MISFIRE_POLICIES",
-    "Crontab", "Delivery", "EntrySpec", "EntryStore", "InstalledEntry", "Installer", "Interval",
-    "Occurrence", "Plan", "RefreshReport", "Schedule", "Settings", "Solar", "StoredEntry",
-    "catch_up_times", "drop_misfired", "entry_hash", "entry_name", "key_prefix", "make_spec",
-    "misfired", "newest_occurrences", "next_after", "occurrence_task_id", "occurrences",
-    "parse_crontab",
+    "Clocked", "Crontab", "Delivery", "EntrySpec", "EntryStore", "InstalledEntry", "Installer",
+    "Interval", "Occurrence", "Plan", "RefreshReport", "Schedule", "Settings", "Solar",
+    "StoredEntry", "Window", "catch_up_times", "drop_misfired", "entry_hash", "entry_name",
+    "key_prefix", "make_spec", "misfired", "newest_occurrences", "next_after",
+    "occurrence_task_id", "occurrences", "parse_crontab",
 ]
