@@ -2,33 +2,33 @@
 
 Loaded by ``delayq_transport.cli`` when ``delayq beat`` runs, when the commands are listed,
 and by ``delayq status`` when the table has beat entries (``LAZY_COMMANDS``,
-``STATUS_PLUGIN_MODULES``); the beat tables themselves are the core's migration 10.
+``STATUS_PLUGIN_MODULES``); the beat tables themselves are the core's migration 10. ``delayq
+beat list`` also shows the ledgers other front ends registered with the scheduling engine
+(:data:`~delayq_transport.scheduling.listing.LEDGERS`: Dramatiq's periodic actors).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
 from rich.table import Table
 
 from delayq_transport.cli import STATUS_HOOKS, Context, console, register
-from delayq_transport.core.cron import CronService
 from delayq_transport.core.errors import InvalidInput
 from delayq_transport.core.queue import DelayedQueue
-from delayq_transport.core.timeutil import from_ms
-from delayq_transport.transport.message import queue_of_kind
+from delayq_transport.core.timeutil import from_ms, to_ms
+from delayq_transport.formats.celery import queue_of_kind
+from delayq_transport.scheduling.entries import instant
+from delayq_transport.scheduling.listing import LEDGERS, list_entries
+from delayq_transport.scheduling.schedules import Clocked, Solar, parse_crontab
+from delayq_transport.scheduling.store import EntryStore
 
-from .entries import key_prefix, parse_crontab, schedule_from_json
 from .store import BeatStore
 
 NEXT_SHOWN = 3
-#: Extra listings ``delayq beat list`` prints after Celery's entries (other schedulers that
-#: install through delayq_beat, e.g. Dramatiq's periodic actors): ``hook(queue, shown)``.
-LIST_HOOKS: list[Callable[[DelayedQueue, int], Table | None]] = []
 
 
 @click.group("beat")
@@ -50,41 +50,22 @@ def _queue_text(kind: str) -> str:
     return f"{queue} p{priority}" if priority else queue
 
 
-def _schedule_text(definition: Mapping[str, Any] | None) -> str:
-    if not definition:
-        return ""
-    sched = definition.get("schedule") or {}
-    if sched.get("type") == "every":
-        return f"every {sched.get('seconds')}s"
-    if sched.get("type") == "crontab":
-        fields = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
-        return "crontab " + " ".join(str(sched.get(f, "*")) for f in fields)
-    return f"solar {sched.get('event')} {sched.get('lat')},{sched.get('lon')}"
-
-
-def entries_table(queue: DelayedQueue, store: BeatStore, shown: int = NEXT_SHOWN,
+def entries_table(queue: DelayedQueue, store: EntryStore, shown: int = NEXT_SHOWN,
                   title: str = "beat entries (times UTC)") -> Table:
     """Every known entry (DB-backed or installed by a beat) and its next installed occurrences."""
-    stored = {e.name: e for e in store.entries()}
-    installed = {i.name: i for i in store.installed()}
     table = Table(title=title)
     for col in ("entry", "origin", "on", "task / schedule", "hash", "queue",
                 f"next {shown} (installed)"):
         table.add_column(col)
-    for name in sorted(set(stored) | set(installed)):
-        row, inst = stored.get(name), installed.get(name)
-        origin = "db" if row and row.definition else "config"
-        task = (row.definition or {}).get("task", "") if row else ""
-        what = f"{task} {_schedule_text(row.definition if row else None)}".strip()
-        upcoming = "-"
-        if inst is not None:
-            rows = CronService(queue.with_kind(inst.kind)).installed(key_prefix(name), shown)
-            upcoming = "\n".join(f"{_fmt(r.scheduled_at_initially_ms)} "
-                                 f"({_fmt(r.created_at_ms, '%H:%M:%S')})"
-                                 for r in rows) or "-"
-        where = (inst.config_hash[:8], _queue_text(inst.kind)) if inst else ("-", "-")
-        table.add_row(name, origin, "no" if row and not row.enabled else "yes", what,
-                      *where, upcoming)
+    for e in list_entries(queue, store, shown):
+        upcoming = "\n".join(f"{_fmt(r.scheduled_at_initially_ms)} "
+                             f"({_fmt(r.created_at_ms, '%H:%M:%S')})"
+                             for r in e.upcoming) or "-"
+        where = ((e.config_hash[:8], _queue_text(e.kind)) if e.config_hash and e.kind
+                 else ("-", "-"))
+        table.add_row(e.name, e.origin, "yes" if e.enabled else "no",
+                      f"{e.task} {e.schedule}".strip(), *where,
+                      upcoming if e.config_hash else "-")
     return table
 
 
@@ -97,10 +78,10 @@ def list_cmd(obj: Context, shown: int) -> None:
     queue, store = _store(obj)
     with queue:
         console.print(entries_table(queue, store, shown))
-        for hook in LIST_HOOKS:
-            extra = hook(queue, shown)
-            if extra is not None:
-                console.print(extra)
+        for namespace, title in LEDGERS.items():
+            other = EntryStore(queue.db, obj.table, namespace=namespace, ensure_schema=False)
+            if other.installed():
+                console.print(entries_table(queue, other, shown, f"{title} (times UTC)"))
 
 
 def _json_arg(text: str | None, what: str, kind: type) -> Any:
@@ -115,17 +96,23 @@ def _json_arg(text: str | None, what: str, kind: type) -> Any:
     return value
 
 
-def _schedule(every: float | None, cron: str | None, solar: str | None) -> Any:
-    given = [x for x in (every, cron, solar) if x is not None]
+def _schedule(every: float | None, cron: str | None, solar: str | None,
+              at: str | None) -> Any:
+    given = [x for x in (every, cron, solar, at) if x is not None]
     if len(given) != 1:
-        raise click.UsageError("give exactly one of --every, --crontab, --solar")
+        raise click.UsageError("give exactly one of --every, --crontab, --solar, --at")
     if every is not None:
         return timedelta(seconds=every)
+    if at is not None:
+        return Clocked(to_ms(instant(at, "--at") or datetime.now(UTC)))
     if cron is not None:
         return parse_crontab(cron)
     event, _, where = str(solar).partition(":")
     lat, _, lon = where.partition(",")
-    return schedule_from_json({"type": "solar", "event": event, "lat": lat, "lon": lon})
+    try:
+        return Solar(event, float(lat), float(lon))
+    except ValueError as exc:
+        raise InvalidInput(f"--solar {solar!r}: expected EVENT:LAT,LON ({exc})") from exc
 
 
 @beat_group.command("add")
@@ -134,6 +121,12 @@ def _schedule(every: float | None, cron: str | None, solar: str | None) -> Any:
 @click.option("--every", type=float, help="Interval in seconds (aligned to the epoch)")
 @click.option("--crontab", "cron", help='"minute hour day-of-month month day-of-week"')
 @click.option("--solar", help="EVENT:LAT,LON, e.g. sunrise:40.7,-74.0 (needs ephem)")
+@click.option("--at", help="One instant (ISO-8601 with its offset): a one-off entry")
+@click.option("--tz", help="The entry's own time zone for --crontab (default: the app's)")
+@click.option("--anchor", help="--every counts from: epoch (default), first_install, or a time")
+@click.option("--start", help="No occurrence before this time (ISO-8601 with its offset)")
+@click.option("--end", help="No occurrence at or after this time (ISO-8601 with its offset)")
+@click.option("--one-off", is_flag=True, help="Run the first occurrence only")
 @click.option("--args", "args_json", help="JSON list of positional arguments")
 @click.option("--kwargs", "kwargs_json", help="JSON object of keyword arguments")
 @click.option("--options", "options_json", help="JSON object of apply_async options")
@@ -146,16 +139,19 @@ def _schedule(every: float | None, cron: str | None, solar: str | None) -> Any:
 @click.option("--disabled", is_flag=True, help="Store it disabled")
 @click.pass_obj
 def add_cmd(obj: Context, name: str, task: str, every: float | None, cron: str | None,
-            solar: str | None, args_json: str | None, kwargs_json: str | None,
-            options_json: str | None, queue: str | None, priority: int | None,
-            expires: float | None, misfire: str | None, grace: float | None,
-            disabled: bool) -> None:
+            solar: str | None, at: str | None, tz: str | None, anchor: str | None,
+            start: str | None, end: str | None, one_off: bool, args_json: str | None,
+            kwargs_json: str | None, options_json: str | None, queue: str | None,
+            priority: int | None, expires: float | None, misfire: str | None,
+            grace: float | None, disabled: bool) -> None:
     """Add or replace a DB-backed entry (running beats pick it up within one refresh)."""
     options = _json_arg(options_json, "options", dict)
     extra = {"queue": queue, "priority": priority, "expires": expires,
-             "delayq_misfire": misfire, "delayq_grace": grace}
+             "delayq_misfire": misfire, "delayq_grace": grace, "delayq_tz": tz,
+             "delayq_anchor": anchor, "delayq_start_time": start, "delayq_expires": end,
+             "delayq_one_off": one_off or None}
     options.update({k: v for k, v in extra.items() if v is not None})
-    sched = _schedule(every, cron, solar)
+    sched = _schedule(every, cron, solar, at)
     dq, store = _store(obj)
     with dq:
         store.add(name, task, sched, _json_arg(args_json, "args", list),

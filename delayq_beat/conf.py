@@ -1,4 +1,4 @@
-"""Celery beat's delayq settings (``app.conf``) and per-entry options, declared once.
+"""Celery beat's delayq settings (``app.conf``) declared once, and the engine's per-entry options.
 
 The scheduler reads every setting through :data:`BEAT_SETTINGS`, and
 ``docs/reference/beat-settings.md`` is rendered from it (``python docs/_gen/reference.py``).
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from delayq_transport.core.optionspec import Option, Options
+from delayq_transport.scheduling.entries import ENTRY_OPTIONS
 
 from .entries import DEFAULT_GRACE_S, DEFAULT_MISFIRE, MISFIRE_POLICIES
 from .installer import Settings
@@ -45,14 +46,7 @@ BEAT_SETTINGS = Options(
            "app registers no task of its own). False turns the check off."),
 )
 
-#: Options of one entry (``beat_schedule[name]["options"]``) that steer delayq and are not
-#: passed on to the task message.
-ENTRY_OPTIONS = Options(
-    Option("delayq_misfire", None, " | ".join(f"`{p}`" for p in MISFIRE_POLICIES),
-           "This entry's misfire policy.", shown="`delayq_beat_misfire`"),
-    Option("delayq_grace", None, "seconds", "This entry's grace before an occurrence counts "
-           "as misfired.", shown="`delayq_beat_misfire_grace`"),
-)
+__all__ = ["BEAT_SETTINGS", "DEFAULT_POOL_SIZE", "ENTRY_OPTIONS", "setting"]
 
 
 def setting(app: Any, name: str) -> Any:

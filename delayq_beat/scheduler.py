@@ -24,7 +24,7 @@ from kombu import Exchange
 from delayq_transport.core.db import Database
 from delayq_transport.core.errors import DelayqError, InvalidInput
 from delayq_transport.core.queue import DelayedQueue
-from delayq_transport.transport import message as messages
+from delayq_transport.formats import celery as messages
 
 from .conf import setting
 from .entries import EntrySpec, make_spec

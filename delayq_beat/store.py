@@ -1,105 +1,32 @@
-"""DB-backed beat state: runtime schedule entries and the ledger of installed entries.
-
-Two small tables, shared by every queue table of a database and keyed by ``tableName`` like
-delayq's migration ledger: ``delayq_beat_entries`` (entries added with ``delayq beat add`` or
-:class:`BeatStore`, plus enable/disable overrides of ``beat_schedule`` entries) and
-``delayq_beat_installed`` (which entries have occurrences installed, in which kind and under
-which config hash). The ledger is what lets a beat that restarts with an entry removed from
-its configuration find and uninstall that entry's rows.
-
-The tables and their statements belong to the core (:mod:`delayq_transport.core.periodic`,
-migration 10); this module turns their rows into validated :class:`EntrySpec` objects.
-"""
+"""Celery beat's DB-backed entries and ledger: the scheduling engine's
+:class:`~delayq_transport.scheduling.store.EntryStore` (no namespace: Celery beat's rows are
+keyed by the table name alone), taking Celery's schedule objects too."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from delayq_transport.core import periodic
-from delayq_transport.core.db import Database
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.schema import ensure_schema as ensure_current_schema
+from delayq_transport.scheduling.store import (
+    BEAT_MIGRATION_VERSION,
+    EntryStore,
+    InstalledEntry,
+    StoredEntry,
+)
 
-from .entries import EntrySpec, key_prefix, make_spec, schedule_from_json, schedule_to_json
+from .entries import EntrySpec, from_celery, own_zone
 
-BEAT_MIGRATION_VERSION = 10
-
-
-@dataclass(frozen=True)
-class StoredEntry(periodic.EntryRow):
-    """A row of ``delayq_beat_entries``; ``definition`` is None for an enable/disable override."""
-
-    def spec(self, **defaults: Any) -> EntrySpec:
-        """The validated entry; raises InvalidInput naming the entry if the row is bad."""
-        d = self.definition or {}
-        try:
-            sched = schedule_from_json(d.get("schedule") or {})
-        except InvalidInput as exc:
-            raise InvalidInput(f"beat entry {self.name!r}: {exc}") from exc
-        return make_spec(self.name, d.get("task"), sched, d.get("args") or (), d.get("kwargs"),
-                         d.get("options"), source="db", **defaults)
+__all__ = ["BEAT_MIGRATION_VERSION", "BeatStore", "InstalledEntry", "StoredEntry"]
 
 
-#: A ledger row: which entry is installed in which kind, under which config hash, until when.
-InstalledEntry = periodic.InstalledRow
-
-
-class BeatStore:
+class BeatStore(EntryStore):
     """Python API of DB-backed entries; changes are picked up by every beat within one refresh."""
 
-    def __init__(self, db: Database, table: str = "delayed_queue", *, ensure_schema: bool = True):
-        self.db = db
-        self.rows = periodic.PeriodicStore(db, table)
-        self.table = table
-        if ensure_schema:
-            ensure_current_schema(db, table)
-
-    def add(
-        self,
-        name: str,
-        task: str,
-        schedule: object,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        options: Mapping[str, Any] | None = None,
-        *,
-        enabled: bool = True,
-    ) -> EntrySpec:
-        """Add or replace an entry; validated first, so a bad entry is never stored."""
-        spec = make_spec(name, task, schedule, args, kwargs, options, source="db")
-        options = dict(options or {})  # keep delayq_misfire/delayq_grace in the stored options
-        definition = {"task": spec.task, "schedule": schedule_to_json(spec.schedule),
-                      "args": list(spec.args), "kwargs": dict(spec.kwargs), "options": options}
-        self.rows.upsert_entry(name, json.dumps(definition), enabled)
-        return spec
-
-    def remove(self, name: str) -> bool:
-        key_prefix(name)
-        return self.rows.delete_entry(name)
-
-    def set_enabled(self, name: str, enabled: bool) -> bool:
-        """Returns whether ``name`` is a DB-backed entry (else the row overrides beat_schedule)."""
-        key_prefix(name)
-        return self.rows.set_enabled(name, enabled)
-
-    def enable(self, name: str) -> bool:
-        return self.set_enabled(name, True)
-
-    def disable(self, name: str) -> bool:
-        return self.set_enabled(name, False)
-
-    def entries(self) -> list[StoredEntry]:
-        return [StoredEntry(r.name, r.definition, r.enabled, r.updated_at_ms)
-                for r in self.rows.entries()]
-
-    def installed(self) -> list[InstalledEntry]:
-        return self.rows.installed()
-
-    def record_installed(self, rows: Sequence[InstalledEntry]) -> None:
-        self.rows.record_installed(rows)
-
-    def forget_installed(self, names: Sequence[str]) -> None:
-        self.rows.forget_installed(names)
+    def add(self, name: str, task: str, schedule: object, args: Sequence[Any] = (),
+            kwargs: Mapping[str, Any] | None = None, options: Mapping[str, Any] | None = None,
+            *, enabled: bool = True) -> EntrySpec:
+        zone = own_zone(schedule)  # a crontab's own zone is the entry's: stored as delayq_tz
+        if zone is not None and "delayq_tz" not in (options or {}):
+            options = {**(options or {}), "delayq_tz": zone}
+        return super().add(name, task, from_celery(schedule), args, kwargs, options,
+                           enabled=enabled)

@@ -22,7 +22,7 @@ from ..core.health import Health, check_health
 from ..core.queue import DelayedQueue
 from ..core.timeutil import from_ms
 from ..core.types import KindStatus
-from ..transport.message import queue_of_kind
+from ..formats.celery import queue_of_kind
 
 LEVEL_STYLE = {"warning": "yellow", "critical": "bold red"}
 

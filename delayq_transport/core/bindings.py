@@ -10,6 +10,10 @@ from __future__ import annotations
 from .db import Database
 from .queries import Queries
 
+#: Seconds a binding's heartbeat stays live: consumers touch theirs every quarter of it, and
+#: listings (the web page's workers) count a queue as consumed while its heartbeat is younger.
+DEFAULT_BINDING_TTL_S = 60.0
+
 
 class Bindings:
     """Bindings of one queue table. Times are the database clock's epoch milliseconds."""

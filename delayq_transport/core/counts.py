@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .types import KindStatus
+from .types import KindOverview, KindStatus, TableStats
 
 if TYPE_CHECKING:
-    from .inspect import KindOverview, TableStats
-    from .queue import DelayedQueue
+    from .handle import QueueHandle
 
 #: Most rows any one count reads (per kind and per measure). ~0.1-0.2 s at the cap on this
 #: machine, whatever the table size; above it counts are labelled "at least" or estimates.
@@ -39,9 +38,9 @@ AT_LEAST = "at least"
 ESTIMATE = "estimate"
 
 
-def count_due(queue: DelayedQueue, kinds: Sequence[str], cap: int = COUNT_CAP) -> int:
+def count_due(queue: QueueHandle, kinds: Sequence[str], cap: int = COUNT_CAP) -> int:
     """Due rows of ``kinds``, exact up to ``cap`` (returns ``cap`` when there are more)."""
-    params = {"kinds": list(kinds), "cap": int(cap), "now": queue._now_ms()}
+    params = {"kinds": list(kinds), "cap": int(cap), "now": queue.clock_ms()}
 
     def work(conn: psycopg.Connection[Any]) -> int:
         with conn.transaction():
@@ -52,10 +51,10 @@ def count_due(queue: DelayedQueue, kinds: Sequence[str], cap: int = COUNT_CAP) -
     return queue.db.run(work)
 
 
-def capped_status(queue: DelayedQueue, cap: int = COUNT_CAP) -> list[KindStatus]:
+def capped_status(queue: QueueHandle, cap: int = COUNT_CAP) -> list[KindStatus]:
     """Per-kind counters with every count bounded by ``cap`` (see the module docstring)."""
     q = queue.queries
-    params = {"cap": int(cap), "now": queue._now_ms()}
+    params = {"cap": int(cap), "now": queue.clock_ms()}
 
     def work(conn: psycopg.Connection[Any]) -> tuple[list[Any], dict[str, int], Any]:
         with conn.transaction():
@@ -71,7 +70,7 @@ def capped_status(queue: DelayedQueue, cap: int = COUNT_CAP) -> list[KindStatus]
     return [_kind_status(r, flying.get(r[0], 0), cap, shares, total) for r in sorted(rows)]
 
 
-def kind_row_estimates(queue: DelayedQueue, kinds: Sequence[str]) -> dict[str, int]:
+def kind_row_estimates(queue: QueueHandle, kinds: Sequence[str]) -> dict[str, int]:
     """Estimated live rows of each kind from the statistics alone (nothing reads the table):
     what a capped count is shown as, marked as an estimate. Empty when nothing is known."""
     kinds = list(kinds)

@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import InvalidInput
 from .queue import DelayedQueue
+from .types import KindOverview, TableStats
 from .validate import validate_key, validate_kind
 
 #: Bounds of a BIGINT: "no bound" for ETA ranges and the start cursor.
@@ -71,55 +72,6 @@ class TaskRow:
         return "due" if self.scheduled_at_ms <= self.now_ms else "scheduled"
 
 
-@dataclass(frozen=True, slots=True)
-class KindOverview:
-    """Bounded counters of one kind; a value equal to ``cap`` means "at least cap"."""
-
-    kind: str
-    due: int
-    later: int
-    in_flight: int
-    redelivered: int
-    oldest_due_lag_ms: int | None
-    next_due_at_ms: int | None
-    now_ms: int
-    cap: int
-
-    @property
-    def scheduled(self) -> int:
-        return max(self.later - self.in_flight, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class TableStats:
-    """Planner estimates and activity counters (cheap, approximate by design)."""
-
-    rows_estimate: int
-    histogram: list[int]
-    inserted: int
-    deleted: int
-    live_estimate: int
-    now_ms: int
-
-    def estimate_between(self, lo: int, hi: int) -> int:
-        """Rows with lo <= scheduledAt < hi from the equi-depth histogram (linear inside a
-        histogram bucket); 0 when the table was never analysed."""
-        bounds = self.histogram
-        total = max(self.rows_estimate, self.live_estimate)
-        if len(bounds) < 2 or total <= 0:
-            return 0
-        per_bucket = 1.0 / (len(bounds) - 1)
-        frac = 0.0
-        for a, b in zip(bounds, bounds[1:], strict=False):
-            if b <= a:
-                frac += per_bucket if lo <= a < hi else 0.0
-                continue
-            overlap = min(b, hi) - max(a, lo)
-            if overlap > 0:
-                frac += per_bucket * overlap / (b - a)
-        return round(frac * total)
-
-
 def _parse_histogram(text: str | None) -> list[int]:
     if not text:
         return []
@@ -138,7 +90,7 @@ class Inspector:
         self.q = queue.queries
 
     def _now(self) -> int | None:
-        return self.queue._now_ms()
+        return self.queue.clock_ms()
 
     def now_ms(self) -> int:
         """The queue's clock in epoch ms (the database's unless a test injected one)."""

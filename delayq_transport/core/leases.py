@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from .timeutil import to_ms
 
-if TYPE_CHECKING:  # queue.py makes its lock ids here
-    from .queue import DelayedQueue
+if TYPE_CHECKING:
+    from .handle import QueueHandle
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +93,10 @@ class Worker:
         return sorted({lease.kind for lease in self.leases})
 
 
-def workers(queue: DelayedQueue, cap: int = LEASES_CAP) -> tuple[list[Worker], bool, int]:
+def workers(queue: QueueHandle, cap: int = LEASES_CAP) -> tuple[list[Worker], bool, int]:
     """(workers by rows held, whether ``cap`` cut the read short, the database's now)."""
     rows = queue.db.fetchall(queue.queries["leases_held"], {"cap": int(cap),
-                                                            "now": queue._now_ms()})
+                                                            "now": queue.clock_ms()})
     found: dict[str, Worker] = {}
     for lock, kind, n, lo, hi, eta, now in rows:
         w = found.setdefault(lock[:TAG_LEN], Worker(lock[:TAG_LEN], now_ms=int(now)))
@@ -113,7 +113,7 @@ class SeenQueue:
     auto_delete: bool
 
 
-def queues_seen(queue: DelayedQueue, limit: int = BINDINGS_CAP) -> list[SeenQueue]:
+def queues_seen(queue: QueueHandle, limit: int = BINDINGS_CAP) -> list[SeenQueue]:
     """Every queue a consumer declared, with its last heartbeat (Celery workers touch theirs
     every 15 s while they consume)."""
     rows = queue.db.fetchall(queue.queries["bindings_seen"], {"limit": int(limit)})

@@ -39,14 +39,14 @@ def dead_letter(
     moved = 0
     for params in queue._by_pair(deliveries, payloads or [None] * len(deliveries)):
         params.update(payloads=params.pop("extra"), to_kind=to_kind, retention_ms=retention_ms,
-                      now=queue._now_ms())
+                      now=queue.clock_ms())
         moved += queue.db.execute(queue.queries["dead_letter"], params, relaxed=queue.relaxed)
     return moved
 
 
 def expire(queue: DelayedQueue, kinds: Sequence[str]) -> int:
     """Delete the rows of kept kinds whose retention ended; returns how many."""
-    params = {"kinds": [validate_kind(k) for k in kinds], "now": queue._now_ms()}
+    params = {"kinds": [validate_kind(k) for k in kinds], "now": queue.clock_ms()}
     return queue.db.execute(queue.queries["expire_kinds"], params) if kinds else 0
 
 
@@ -81,7 +81,7 @@ def dead_letters_page(queue: DelayedQueue, kinds: Sequence[str], before: tuple[i
     if not 1 <= limit <= 1000:
         raise InvalidInput(f"limit must be 1..1000, got {limit}")
     params = {"kinds": [validate_kind(k) for k in kinds], "before_at": int(before[0]),
-              "before_id": int(before[1]), "limit": int(limit), "now": queue._now_ms()}
+              "before_id": int(before[1]), "limit": int(limit), "now": queue.clock_ms()}
     return queue.db.fetchall(queue.queries["dead_letters_page"], params) if kinds else []
 
 
@@ -99,7 +99,7 @@ def requeue_dead_letter(queue: DelayedQueue, row_id: int, from_kind: str, to_kin
     """Move one dead letter to ``to_kind``, due now, with ``payload``; its new scheduledAt, or
     None if it is no longer a dead letter of ``from_kind`` (requeued or deleted meanwhile)."""
     params = {"id": int(row_id), "from_kind": validate_kind(from_kind),
-              "to_kind": validate_kind(to_kind), "payload": payload, "now": queue._now_ms()}
+              "to_kind": validate_kind(to_kind), "payload": payload, "now": queue.clock_ms()}
     row = queue.db.fetchone(queue.queries["dead_letter_requeue"], params)
     if row is not None:
         queue._lower(to_kind, int(row[1]))

@@ -5,8 +5,8 @@ the misfire queries over installed occurrences, and the catch-up of occurrences 
 Celery beat (``delayq_beat``) stores its DB-backed entries and enable/disable overrides here,
 and records which entries have occurrences installed under which config hash, so an entry
 removed from the configuration is found and uninstalled after a restart. Two tables, shared by
-every queue table of a database and keyed by ``tableName`` like the migration ledger; created
-by migration 10. Occurrences themselves are ordinary queue rows installed by
+every queue table of a database and keyed by ``tableName`` like the migration ledger; declared
+in :mod:`.schema` (migration 10). Occurrences themselves are ordinary queue rows installed by
 :class:`~.cron.CronService`.
 """
 
@@ -17,55 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from .db import Database
 from .queries import Queries
 from .timeutil import to_ms
 from .validate import validate_key, validate_kind, validate_payload
 
-if TYPE_CHECKING:  # queue imports schema, which lists this module's migration
-    from sqlalchemy import MetaData, Table
-
-    from .queue import DelayedQueue
-
-ENTRIES_TABLE = "delayq_beat_entries"
-INSTALLED_TABLE = "delayq_beat_installed"
-
-
-def periodic_tables(metadata: MetaData | None = None) -> list[Table]:
-    from sqlalchemy import BigInteger, Boolean, Column, MetaData, String, Table, Text
-    from sqlalchemy.dialects.postgresql import JSONB
-
-    metadata = metadata or MetaData()
-    entries = Table(
-        ENTRIES_TABLE, metadata,
-        Column("tableName", String(31), primary_key=True),
-        Column("name", Text, primary_key=True),
-        Column("definition", JSONB, nullable=True),
-        Column("enabled", Boolean, nullable=False, server_default="true"),
-        Column("updatedAt", BigInteger, nullable=False),
-    )
-    installed = Table(
-        INSTALLED_TABLE, metadata,
-        Column("tableName", String(31), primary_key=True),
-        Column("name", Text, primary_key=True),
-        Column("kind", String(100), nullable=False),
-        Column("configHash", String(32), nullable=False),
-        Column("installedUntil", BigInteger, nullable=False),
-        Column("updatedAt", BigInteger, nullable=False),
-    )
-    return [entries, installed]
-
-
-def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
-    """Migration 10 (idempotent: CREATE ... IF NOT EXISTS)."""
-    from .schema import ddl  # schema imports this module to list the migration
-
-    for table in periodic_tables():
-        for statement in ddl(table):
-            conn.execute(statement)
-
+if TYPE_CHECKING:
+    from .handle import QueueHandle
 
 @dataclass(frozen=True)
 class EntryRow:
@@ -84,18 +42,39 @@ class InstalledRow:
     config_hash: str
     installed_until_ms: int
     updated_at_ms: int
+    #: When this configuration was first installed (recorded by :meth:`first_install` only).
+    first_installed_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class FirstInstall:
+    """What :meth:`PeriodicStore.first_install` found: the recorded time, the ledger's
+    ``installedUntil`` after the claim, and whether this call made the claim."""
+
+    at_ms: int
+    installed_until_ms: int
+    inserted: bool
+
+
+#: Separates a queue table's name from a ledger namespace in ``tableName``.
+NAMESPACE_SEP = "#"
 
 
 class PeriodicStore:
-    """Entries and the installed ledger of one queue table (the database clock stamps rows)."""
+    """Entries and the installed ledger of one queue table (the database clock stamps rows).
 
-    def __init__(self, db: Database, table: str = "delayed_queue") -> None:
+    ``namespace`` keeps one front end's rows apart from another's (``<table>#<namespace>``):
+    an installer uninstalls every ledger entry its configuration lacks."""
+
+    def __init__(self, db: Database, table: str = "delayed_queue", *,
+                 namespace: str = "") -> None:
         self.db = db
         self.q = Queries(table)
         self.table = self.q.table
+        self.ledger_name = f"{self.table}{NAMESPACE_SEP}{namespace}" if namespace else self.table
 
     def _params(self, **extra: Any) -> dict[str, Any]:
-        return {"table_name": self.table, "now": None, **extra}
+        return {"table_name": self.ledger_name, "now": None, **extra}
 
     def upsert_entry(self, name: str, definition_json: str, enabled: bool) -> None:
         self.db.execute(self.q["beat_entry_upsert"], self._params(
@@ -116,7 +95,17 @@ class PeriodicStore:
 
     def installed(self) -> list[InstalledRow]:
         rows = self.db.fetchall(self.q["beat_installed_list"], self._params())
-        return [InstalledRow(r[0], r[1], r[2], int(r[3]), int(r[4])) for r in rows]
+        return [InstalledRow(r[0], r[1], r[2], int(r[3]), int(r[4]),
+                             None if r[5] is None else int(r[5])) for r in rows]
+
+    def first_install(self, name: str, kind: str, config_hash: str,
+                      now_ms: int | None = None) -> FirstInstall:
+        """Claim (or read) when ``name`` was first installed under ``config_hash``: the same
+        answer for every scheduler, whichever claims first (``beat_first_install``)."""
+        row = self.db.fetchone(self.q["beat_first_install"], self._params(
+            name=name, kind=validate_kind(kind), hash=config_hash, now=now_ms))
+        assert row is not None
+        return FirstInstall(int(row[0]), int(row[1]), bool(row[2]))
 
     def in_use(self) -> bool:
         """Whether this table has any entry or installed occurrence (cheap: two EXISTS)."""
@@ -158,17 +147,17 @@ class PeriodicStore:
         return list(found[1])
 
 
-def sweep_misfired(queue: DelayedQueue, kinds: Sequence[str], patterns: Sequence[str],
+def sweep_misfired(queue: QueueHandle, kinds: Sequence[str], patterns: Sequence[str],
                    policies: Sequence[str], grace_ms: Sequence[int]) -> list[tuple[str, str]]:
     """Delete waiting occurrences due longer ago than their grace, per entry policy (``skip``:
     all of them; ``coalesce``: all but the newest). Returns (key, kind) of each deleted row."""
     params = {"kinds": list(kinds), "patterns": list(patterns), "policies": list(policies),
               "grace_ms": [int(g) for g in grace_ms],
-              "now": queue._now_ms()}  # the queue's one clock (the database's unless injected)
+              "now": queue.clock_ms()}  # the queue's one clock (the database's unless injected)
     return [(r[0], r[1]) for r in queue.db.fetchall(queue.queries["beat_misfire_sweep"], params)]
 
 
-def newer_occurrence_due(queue: DelayedQueue, kind: str, pattern: str, at_ms: int,
+def newer_occurrence_due(queue: QueueHandle, kind: str, pattern: str, at_ms: int,
                          now_ms: int) -> bool:
     """Whether an occurrence matching ``pattern`` (LIKE, escaped) newer than ``at_ms`` is due."""
     row = queue.db.fetchone(queue.queries["beat_newer_due"],

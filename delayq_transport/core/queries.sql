@@ -674,9 +674,33 @@ SELECT "name", "definition", "enabled", "updatedAt"
 FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s ORDER BY "name"
 
 -- beat_installed_list --
--- The ledger: which entries have occurrences installed, in which kind, under which config hash.
-SELECT "name", "kind", "configHash", "installedUntil", "updatedAt"
+-- The ledger: which entries have occurrences installed, in which kind, under which config hash,
+-- and since when (firstInstalledAt: recorded only for entries that need it, see below).
+SELECT "name", "kind", "configHash", "installedUntil", "updatedAt", "firstInstalledAt"
 FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s ORDER BY "name"
+
+-- beat_first_install --
+-- The first install of an entry's configuration, claimed once: the first scheduler to install
+-- it under this config hash records the database clock (and installedUntil: nothing before it is
+-- owed); every other one, at the same time or later, reads that time back. A changed hash starts
+-- afresh. `inserted` tells the one scheduler whose claim it was (a one-off already due runs once).
+INSERT INTO "delayq_beat_installed" AS i
+    ("tableName", "name", "kind", "configHash", "installedUntil", "updatedAt", "firstInstalledAt")
+VALUES (%(table_name)s, %(name)s, %(kind)s, %(hash)s, {now}, {now}, {now})
+ON CONFLICT ("tableName", "name") DO UPDATE
+SET "firstInstalledAt" = CASE
+        WHEN i."configHash" = EXCLUDED."configHash" AND i."firstInstalledAt" IS NOT NULL
+        THEN i."firstInstalledAt" ELSE EXCLUDED."firstInstalledAt" END,
+    "installedUntil" = CASE
+        WHEN i."configHash" = EXCLUDED."configHash" THEN i."installedUntil"
+        ELSE EXCLUDED."installedUntil" END,
+    "kind" = EXCLUDED."kind", "configHash" = EXCLUDED."configHash",
+    "updatedAt" = EXCLUDED."updatedAt"
+RETURNING "firstInstalledAt", "installedUntil", (xmax = 0) AS inserted
+
+-- beat_ledger_first_install_column --
+-- Migration 12: the ledger records when each entry's configuration was first installed.
+ALTER TABLE "delayq_beat_installed" ADD COLUMN IF NOT EXISTS "firstInstalledAt" BIGINT
 
 -- beat_tables_in_use --
 -- Whether any beat entry or installed ledger row exists for one queue table: ``delayq status``

@@ -133,9 +133,12 @@ class DelayedQueue(Offering):
 
     # -- clock ------------------------------------------------------------------------
 
-    def _now_ms(self) -> int | None:
-        """The injected clock's time, or None to let SQL use the database clock."""
+    def clock_ms(self) -> int | None:
+        """The injected clock's time in epoch ms, or None to let SQL use the database clock:
+        the ``now`` parameter of every statement that reads the clock."""
         return None if self.clock is None else to_ms(self.clock(), what="clock()")
+
+    _now_ms = clock_ms  # the name Offering (core/offer.py) calls it by
 
     def now(self) -> datetime:
         """The queue's notion of now (database clock unless injected)."""

@@ -115,7 +115,7 @@ def record_run(queue: DelayedQueue, run_id: str, rows: int) -> None:
     """Every part is in: later attempts of the run need not look at its parts."""
     queue.db.execute(queue.queries["runs_record"], {
         "run_id": run_id, "part": COMPLETE_PART, "rows": rows, "fingerprint": 0,
-        "now": queue._now_ms()})
+        "now": queue.clock_ms()})
 
 
 def prune_runs(queue: DelayedQueue, retention_ms: int = DEFAULT_RETENTION_MS,
@@ -124,7 +124,7 @@ def prune_runs(queue: DelayedQueue, retention_ms: int = DEFAULT_RETENTION_MS,
     if not isinstance(retention_ms, int) or retention_ms < 0:
         raise InvalidInput(f"retention_ms must be an int >= 0, got {retention_ms!r}")
     return queue.db.execute(queue.queries["runs_prune"], {
-        "retention_ms": retention_ms, "limit": limit, "now": queue._now_ms()})
+        "retention_ms": retention_ms, "limit": limit, "now": queue.clock_ms()})
 
 
 def forget_run(queue: DelayedQueue, run_id: str) -> int:

@@ -38,7 +38,7 @@ class ScannedRow(NamedTuple):
 
 def id_bounds(queue: DelayedQueue) -> ScanBounds | None:
     """Smallest and largest id of the table (None when it is empty), and the database time."""
-    row = queue.db.fetchone(queue.queries["scan_bounds"], {"now": queue._now_ms()})
+    row = queue.db.fetchone(queue.queries["scan_bounds"], {"now": queue.clock_ms()})
     if row is None or row[0] is None:
         return None
     return ScanBounds(int(row[0]), int(row[1]), int(row[2]))
@@ -46,7 +46,7 @@ def id_bounds(queue: DelayedQueue) -> ScanBounds | None:
 
 def scan_page(queue: DelayedQueue, lo: int, hi: int, limit: int) -> list[ScannedRow]:
     """Up to ``limit`` rows with ``lo <= id < hi`` in id order; continue from the last id + 1."""
-    params = {"lo": lo, "hi": hi, "limit": limit, "now": queue._now_ms()}
+    params = {"lo": lo, "hi": hi, "limit": limit, "now": queue.clock_ms()}
     return [ScannedRow(*r) for r in queue.db.fetchall(queue.queries["scan_page_tasks"], params)]
 
 

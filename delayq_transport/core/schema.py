@@ -18,7 +18,6 @@ import psycopg
 
 from .db import Database
 from .errors import PermissionDenied, SchemaMissing
-from .periodic import create_periodic_tables
 from .queries import MIGRATIONS_TABLE, Queries, runs_table_name, validate_table_name
 
 if TYPE_CHECKING:  # SQLAlchemy is imported when a table is declared: `delayq status` and
@@ -146,6 +145,49 @@ def _create_runs_table(conn: psycopg.Connection[Any], q: Queries) -> None:
         conn.execute(statement)
 
 
+#: The scheduling engine's tables (:mod:`.periodic` holds their statements): DB-backed entries
+#: and the ledger of installed entries, shared by every queue table and keyed by ``tableName``.
+ENTRIES_TABLE = "delayq_beat_entries"
+INSTALLED_TABLE = "delayq_beat_installed"
+
+
+def periodic_tables(metadata: MetaData | None = None) -> list[Table]:
+    from sqlalchemy import BigInteger, Boolean, Column, MetaData, String, Table, Text
+    from sqlalchemy.dialects.postgresql import JSONB
+
+    metadata = metadata or MetaData()
+    entries = Table(
+        ENTRIES_TABLE, metadata,
+        Column("tableName", String(31), primary_key=True),
+        Column("name", Text, primary_key=True),
+        Column("definition", JSONB, nullable=True),
+        Column("enabled", Boolean, nullable=False, server_default="true"),
+        Column("updatedAt", BigInteger, nullable=False),
+    )
+    installed = Table(
+        INSTALLED_TABLE, metadata,
+        Column("tableName", String(31), primary_key=True),
+        Column("name", Text, primary_key=True),
+        Column("kind", String(100), nullable=False),
+        Column("configHash", String(32), nullable=False),
+        Column("installedUntil", BigInteger, nullable=False),
+        Column("updatedAt", BigInteger, nullable=False),
+    )
+    return [entries, installed]
+
+
+def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
+    """Migration 10 (idempotent: CREATE ... IF NOT EXISTS)."""
+    for table in periodic_tables():
+        for statement in ddl(table):
+            conn.execute(statement)
+
+
+
+def _ledger_first_install(conn: psycopg.Connection[Any], q: Queries) -> None:
+    conn.execute(q["beat_ledger_first_install_column"])
+
+
 #: Applied in order; never edit a released migration, add a new one.
 MIGRATIONS: list[Migration] = [
     Migration(1, "delayed_queue table and the three indexes of internals.md", _create_queue_table),
@@ -160,6 +202,8 @@ MIGRATIONS: list[Migration] = [
               create_periodic_tables),
     Migration(11, "run ledger: applied parts of Spark runs and stream micro-batches",
               _create_runs_table),
+    Migration(12, "scheduling ledger: when each entry was first installed (interval anchors, "
+              "one-offs)", _ledger_first_install),
 ]
 
 

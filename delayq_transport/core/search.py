@@ -108,7 +108,7 @@ def indexed_window(queue: DelayedQueue, kinds: Sequence[str], *, piece: bytes,
     q = queue.queries
     params = {"kinds": [validate_kind(k) for k in kinds], "after_at": int(after[0]),
               "after_id": int(after[1]), "lo": int(lo), "hi": int(hi), "budget": int(budget),
-              "pattern": like_pattern(piece), "now": queue._now_ms()}
+              "pattern": like_pattern(piece), "now": queue.clock_ms()}
 
     def work(conn: psycopg.Connection[Any]) -> list[Any] | None:
         try:

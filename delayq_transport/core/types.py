@@ -105,3 +105,52 @@ class KindStatus:
     def next_due_at(self) -> datetime | None:
         """The earliest ``scheduledAt`` of the kind, or None."""
         return None if self.next_due_at_ms is None else from_ms(self.next_due_at_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class KindOverview:
+    """Bounded counters of one kind; a value equal to ``cap`` means "at least cap"."""
+
+    kind: str
+    due: int
+    later: int
+    in_flight: int
+    redelivered: int
+    oldest_due_lag_ms: int | None
+    next_due_at_ms: int | None
+    now_ms: int
+    cap: int
+
+    @property
+    def scheduled(self) -> int:
+        return max(self.later - self.in_flight, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class TableStats:
+    """Planner estimates and activity counters (cheap, approximate by design)."""
+
+    rows_estimate: int
+    histogram: list[int]
+    inserted: int
+    deleted: int
+    live_estimate: int
+    now_ms: int
+
+    def estimate_between(self, lo: int, hi: int) -> int:
+        """Rows with lo <= scheduledAt < hi from the equi-depth histogram (linear inside a
+        histogram bucket); 0 when the table was never analysed."""
+        bounds = self.histogram
+        total = max(self.rows_estimate, self.live_estimate)
+        if len(bounds) < 2 or total <= 0:
+            return 0
+        per_bucket = 1.0 / (len(bounds) - 1)
+        frac = 0.0
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            if b <= a:
+                frac += per_bucket if lo <= a < hi else 0.0
+                continue
+            overlap = min(b, hi) - max(a, lo)
+            if overlap > 0:
+                frac += per_bucket * overlap / (b - a)
+        return round(frac * total)

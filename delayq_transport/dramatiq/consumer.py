@@ -16,7 +16,6 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import DecodeError
@@ -27,10 +26,10 @@ from ..core.errors import DatabaseError, DatabaseUnavailable, ListenUndeliverabl
 from ..core.listen import Listener
 from ..core.timeutil import to_ms
 from ..core.types import Envelope
+from ..scheduling.misfire import misfired
 from .names import EXCEPTION_OPTION, PERIODIC_OPTION, TRACEBACK_OPTION, canonical
-
-if TYPE_CHECKING:
-    from .broker import DelayqBroker
+from .ports import BrokerPort
+from .registry import superseded
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ class DelayqMessageProxy(MessageProxy):
 class DelayqConsumer(Consumer):
     """Iterates over the due messages of one queue (all its priority kinds)."""
 
-    def __init__(self, broker: DelayqBroker, queue_name: str, prefetch: int, timeout_ms: int):
+    def __init__(self, broker: BrokerPort, queue_name: str, prefetch: int, timeout_ms: int):
         self.broker = broker
         self.queue_name = queue_name
         self.kinds = broker.kinds_of(queue_name)
@@ -190,14 +189,9 @@ class DelayqConsumer(Consumer):
         return DelayqMessageProxy(message, env)
 
     def _misfired(self, env: Envelope, message: Message) -> bool:
-        from delayq_beat.misfire import HEADER, drop_misfired
-
-        from .periodic import superseded
-
         info = message.options[PERIODIC_OPTION]
         now_ms = to_ms(self.broker.queue.now())
-        return drop_misfired(self.broker.queue, env.kind, {"headers": {HEADER: info}},
-                             now_ms) or superseded(info, now_ms)
+        return misfired(self.broker.queue, env.kind, info, now_ms) or superseded(info, now_ms)
 
     # -- ack / nack / requeue (called from worker threads) --------------------------------
 
@@ -354,7 +348,7 @@ def _envelope(message: MessageProxy) -> Envelope:
 class Hub:
     """One thread per broker: LISTEN wake-ups, batched acks, lease extension, retention."""
 
-    def __init__(self, broker: DelayqBroker) -> None:
+    def __init__(self, broker: BrokerPort) -> None:
         self.broker = broker
         self._consumers: set[DelayqConsumer] = set()
         self._lock = threading.Lock()

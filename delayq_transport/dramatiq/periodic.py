@@ -5,59 +5,51 @@
     def morning_report(): ...
 
 Occurrences are installed ahead of time (an hour by default, at least three) as ordinary
-Dramatiq messages whose rows are due at the occurrence, through delayq_beat's installer and
-``CronService``: keys are ``<entry>/<config hash>/<epoch ms>``, so any number of schedulers (a
-thread in every worker process with :class:`PeriodicMiddleware`, or separate processes running
-:class:`PeriodicScheduler`) install each occurrence exactly once, and installed occurrences run
-while every scheduler is down. Changing an entry (schedule, zone, args, options) changes its
-hash and replaces its future occurrences; removing it uninstalls them at the next refresh.
-delayq_beat's misfire policy applies (``misfire="coalesce"`` by default, ``"run_all"``,
+Dramatiq messages whose rows are due at the occurrence, by the scheduling engine
+(:mod:`delayq_transport.scheduling`, which Celery beat uses too): keys are ``<entry>/<config
+hash>/<epoch ms>``, so any number of schedulers (a thread in every worker process with
+:class:`PeriodicMiddleware`, or separate processes running :class:`PeriodicScheduler`) install
+each occurrence exactly once, and installed occurrences run while every scheduler is down.
+Changing an entry (schedule, zone, args, options) changes its hash and replaces its future
+occurrences; removing it uninstalls them at the next refresh.
+The engine's misfire policy applies (``misfire="coalesce"`` by default, ``"run_all"``,
 ``"skip"``; ``grace`` seconds), also to the occurrences never installed while no scheduler ran
-for longer than the horizon (:mod:`.catchup`: ``coalesce`` runs once at restart).
+for longer than the horizon (:mod:`delayq_transport.scheduling.catchup`: ``coalesce`` runs
+once at restart). This module is the Dramatiq front end: the decorator, the messages
+(:class:`DramatiqDelivery`), the scheduler thread or process and the middleware.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from delayq_beat import misfire as beat_misfire
-from delayq_beat.entries import EntrySpec, entry_hash, make_spec, parse_crontab
-from delayq_beat.installer import Plan, RefreshReport, Route, Settings, occurrence_task_id
-
-from ..core.cron import cron_key
 from ..core.errors import InvalidInput
-from ..core.timeutil import to_ms
-from . import names
+from ..formats import dramatiq as names
+from ..scheduling.entries import EntrySpec, make_spec
+from ..scheduling.installer import Installer
+from ..scheduling.plans import Occurrence, RefreshReport, Settings
+from ..scheduling.schedules import parse_crontab
 from .broker import DelayqBroker
-from .catchup import CatchUpInstaller, newer_occurrence_passed
 from .ledger import DramatiqLedger
+from .registry import REGISTRY, PeriodicEntry, superseded
+
+__all__ = ["REGISTRY", "DramatiqDelivery", "PeriodicEntry", "PeriodicMiddleware",
+           "PeriodicScheduler", "periodic", "superseded"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_S = 60.0
 DEFAULT_HORIZON_S = 3600.0
-
-
-@dataclass(frozen=True)
-class PeriodicEntry:
-    """One periodic actor: its delayq_beat entry and the zone its schedule is read in."""
-
-    spec: EntrySpec
-    zone: tzinfo
-    actor: dramatiq.Actor[Any, Any]
-
-
-#: Every entry declared with :func:`periodic` in this process, by entry name.
-REGISTRY: dict[str, PeriodicEntry] = {}
 
 
 def periodic(
@@ -98,7 +90,7 @@ def periodic(
         entry = name or f"{names.NAMESPACE}:{actor.actor_name}"
         spec = make_spec(entry, actor.actor_name, schedule, tuple(args), dict(kwargs or {}),
                          {**options, "queue": actor.queue_name, "delayq_misfire": misfire,
-                          "delayq_grace": grace}, source="dramatiq")
+                          "delayq_grace": grace}, source="dramatiq", zone=zone)
         REGISTRY[entry] = PeriodicEntry(spec, zone, actor)
         return actor
 
@@ -120,72 +112,44 @@ def _check_actor(actor: object) -> None:
         f"    def {getattr(actor, '__name__', 'fn')}(...): ...")
 
 
-def superseded(info: object, now_ms: int) -> bool:
-    """Worker side of ``coalesce`` after an outage (see :mod:`.catchup`): True if the
-    occurrence ``info`` (a message's ``delayq_periodic`` option) misfired and a newer
-    occurrence of its entry is already past, installed or not, so that one is the run.
-
-    Only for entries declared in this process under the same config hash; anything else is
-    left to delayq_beat's ``drop_misfired`` (never drop what cannot be checked)."""
-    if not isinstance(info, Mapping) or info.get("misfire") != "coalesce":
-        return False
-    entry = REGISTRY.get(str(info.get("entry")))
-    try:
-        at_ms, grace_ms = int(info["at_ms"]), int(info["grace_ms"])
-    except (KeyError, TypeError, ValueError):
-        return False
-    if entry is None or now_ms - at_ms <= grace_ms \
-            or entry_hash(entry.spec, entry.zone) != info.get("hash"):
-        return False
-    if not newer_occurrence_passed(entry.spec.schedule, entry.zone, at_ms, now_ms):
-        return False
-    log.warning("delayq periodic: coalescing %s occurrence at %d ms into a newer one "
-                "(%.1f s late)", entry.spec.name, at_ms, (now_ms - at_ms) / 1000)
-    return True
-
-
 @dataclass(frozen=True)
-class _Route(Route):
-    """An entry's Dramatiq queue kind (priority from ``broker_priority``)."""
+class DramatiqRoute:
+    """An entry's Dramatiq queue and priority (``broker_priority``), and the kind they make."""
 
+    queue: str
+    priority: int = 0
     namespace: str = names.NAMESPACE
 
     @property
     def kind(self) -> str:
-        return names.kind_for(self.queue, self.priority or 0, self.namespace)
+        return names.kind_for(self.queue, self.priority, self.namespace)
 
 
-class _Installer(CatchUpInstaller):
-    """delayq_beat's installer, writing Dramatiq messages in each entry's own time zone, and
-    catching up the occurrences no scheduler installed (:mod:`.catchup`)."""
+class DramatiqDelivery:
+    """Dramatiq messages (JSON fields) with a deterministic id: uuid5 of the row key."""
 
-    def __init__(self, broker: DelayqBroker, settings: Settings,
-                 entries: Mapping[str, PeriodicEntry]) -> None:
-        store = DramatiqLedger(broker.db, broker.table, ensure_schema=True)
-        super().__init__(broker.queue, store, UTC, settings, route=self._route_of)
-        self.broker = broker
-        self.entries = entries
+    def __init__(self, namespace: str = names.NAMESPACE) -> None:
+        self.namespace = namespace
 
-    def _route_of(self, spec: EntrySpec) -> Route:
+    def route(self, spec: EntrySpec) -> DramatiqRoute:
         priority = spec.options.get("broker_priority") or 0
-        return _Route(str(spec.options["queue"]), priority=int(priority),
-                      namespace=self.broker.namespace)
+        return DramatiqRoute(str(spec.options["queue"]), int(priority), self.namespace)
 
-    def zone_for(self, spec: EntrySpec) -> tzinfo:
-        entry = self.entries.get(spec.name)
-        return entry.zone if entry is not None else self.zone
-
-    def _message(self, plan: Plan, at: datetime) -> dict[str, Any]:
-        """A Dramatiq message (JSON fields) with a deterministic id: uuid5 of its row key."""
-        spec = plan.spec
-        key = cron_key(plan.prefix, plan.hash, at)
-        at_ms = to_ms(at)
+    def encode(self, occurrence: Occurrence) -> bytes:
+        spec = occurrence.spec
         options = {k: v for k, v in spec.options.items() if k != "queue"}
-        options[names.PERIODIC_OPTION] = beat_misfire.occurrence_header(
-            spec.name, plan.prefix, plan.hash, at_ms, spec.misfire, int(spec.grace_s * 1000))
-        return {"queue_name": plan.route.queue, "actor_name": spec.task,
-                "args": list(spec.args), "kwargs": dict(spec.kwargs), "options": options,
-                "message_id": occurrence_task_id(key), "message_timestamp": at_ms}
+        options[names.PERIODIC_OPTION] = occurrence.header()
+        return json.dumps({
+            "queue_name": occurrence.route.queue, "actor_name": spec.task,
+            "args": list(spec.args), "kwargs": dict(spec.kwargs), "options": options,
+            "message_id": occurrence.task_id, "message_timestamp": occurrence.at_ms}).encode()
+
+
+def _installer(broker: DelayqBroker, settings: Settings) -> Installer:
+    """The engine's installer for one broker's periodic actors (each in its own zone)."""
+    store = DramatiqLedger(broker.db, broker.table, ensure_schema=True)
+    return Installer(broker.queue, store, UTC, settings,
+                     delivery=DramatiqDelivery(broker.namespace))
 
 
 class PeriodicScheduler:
@@ -213,7 +177,7 @@ class PeriodicScheduler:
         self._entries = entries
         settings = Settings(refresh_interval=timedelta(seconds=refresh_interval),
                             horizon=timedelta(seconds=horizon), min_occurrences=min_occurrences)
-        self.installer = _Installer(broker, settings, {})
+        self.installer = _installer(broker, settings)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -226,7 +190,6 @@ class PeriodicScheduler:
     def refresh(self) -> RefreshReport:
         """One pass: install what is missing, replace what changed, remove what is gone."""
         entries = self.entries()
-        self.installer.entries = entries
         report = self.installer.refresh({n: e.spec for n, e in entries.items()})
         if report.errors:
             log.error("delayq periodic: entries skipped: %s", report.errors)

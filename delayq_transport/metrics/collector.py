@@ -13,7 +13,7 @@ from ..core.counts import COUNT_CAP
 from ..core.health import Health, check_health
 from ..core.queue import DelayedQueue
 from ..core.types import KindStatus
-from ..transport.message import queue_of_kind
+from ..formats.celery import queue_of_kind
 
 log = logging.getLogger(__name__)
 

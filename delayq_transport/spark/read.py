@@ -20,7 +20,7 @@ from ..core import validate_table_name
 from ..core.errors import InvalidInput
 from ..core.queue import DelayedQueue
 from ..core.scan import SCAN_PAGE_ROWS, ScannedRow, id_bounds, scan_range
-from ..transport import message
+from ..formats import celery as message
 
 #: Rows per keyset page when a partition reads its id range back.
 READ_PAGE_ROWS = SCAN_PAGE_ROWS

@@ -3,7 +3,7 @@
 Most rows never come here: :mod:`.encode` builds their messages in Spark's JVM. This path
 takes the rows the JVM path does not cover (argument types whose ``repr`` the JVM cannot
 reproduce, strings with control characters, null ETAs, bad keys, past ETAs under
-``past_eta="skip"``), builds the same message with :class:`~..transport.message.TaskMessageEncoder`,
+``past_eta="skip"``), builds the same message with :class:`~..formats.celery.TaskMessageEncoder`,
 or says why the row cannot be one. Both paths derive the same key for the same row.
 """
 
@@ -25,7 +25,7 @@ from ..core.bulk import copy_record
 from ..core.errors import InvalidInput
 from ..core.timeutil import to_ms
 from ..core.validate import validate_key
-from ..transport import message
+from ..formats import celery as message
 
 #: Namespace of the uuid5 keys and delivery tags derived from row content (never change it:
 #: re-runs must derive the same keys).

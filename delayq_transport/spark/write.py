@@ -51,7 +51,7 @@ from ..core.errors import DelayqError, InvalidInput
 from ..core.runs import RunState, record_run
 from ..core.timeutil import duration_ms, to_ms
 from ..core.validate import validate_kind
-from ..transport import message
+from ..formats import celery as message
 from .encode import jvm_capable, jvm_records
 from .partition import COUNTS, write_partition
 from .rows import BadRow, Plan, describe, eta_ms, past_reason, slow_record

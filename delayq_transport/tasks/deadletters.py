@@ -24,7 +24,7 @@ from ..core import partitions
 from ..core.errors import InvalidInput
 from ..core.inspect import MAX_MS, Inspector, TaskRow
 from ..core.queue import DelayedQueue
-from ..dramatiq import names
+from ..formats import dramatiq as names
 from .decoders import HIDDEN
 from .service import TaskNotFound, iso
 

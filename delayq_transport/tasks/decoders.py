@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..dramatiq.names import decode_dramatiq
-from ..transport import message as celery_message
+from ..formats import celery as celery_message
+from ..formats.dramatiq import decode_dramatiq
 
 HIDDEN = "(hidden)"
 

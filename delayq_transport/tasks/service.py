@@ -27,7 +27,7 @@ from ..core.errors import DelayqError, InvalidInput
 from ..core.inspect import MAX_MS, MIN_MS, Inspector, TaskRow
 from ..core.queue import DelayedQueue
 from ..core.timeutil import from_ms, to_ms
-from ..transport.message import kinds_for, queue_of_kind
+from ..formats.celery import kinds_for, queue_of_kind
 from . import decoders
 from .filters import TaskFilter
 from .rates import RateWindows
@@ -397,6 +397,6 @@ def _pos(row: TaskRow) -> tuple[int, int]:
 def _beat_prefix(entry: str | None) -> str | None:
     if not entry:
         return None
-    from delayq_beat.entries import key_prefix  # beat owns its key format
+    from ..scheduling.entries import key_prefix  # the engine owns its key format
 
     return key_prefix(entry) + "/"

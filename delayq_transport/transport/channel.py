@@ -33,7 +33,7 @@ from .options import (
 from .poller import PollPlan
 
 if TYPE_CHECKING:
-    from .transport import Transport
+    from .ports import TransportPort
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +44,11 @@ _BEAT_MARK = b'"delayq_beat"'
 
 
 @cache
-def _misfire_check() -> Callable[..., bool] | None:
-    """delayq_beat's worker-side misfire policy, if delayq_beat is installed (imported lazily:
-    the transport must not pull in Celery beat at import time)."""
-    try:
-        from delayq_beat.misfire import drop_misfired
-    except ImportError:
-        return None
+def _misfire_check() -> Callable[..., bool]:
+    """The scheduling engine's worker-side misfire policy (imported on the first beat
+    occurrence: a worker that runs none never loads the engine)."""
+    from ..scheduling.misfire import drop_misfired
+
     return drop_misfired
 
 
@@ -78,13 +76,13 @@ class QoS(virtual.QoS):
         # and the messages still in the window keep the pool busy meanwhile.
         window = self.prefetch_count
         if not window or (self.can_consume_max_estimate() or 0) >= max(1, window // 2):
-            self.channel.transport._wake(self.channel)
+            self.channel.transport.wake(self.channel)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         self.channel._forget(delivery_tag, ack=not requeue)
         if requeue:
             self.channel.backend.queue.release([_parse_tag(delivery_tag)])
-            self.channel.transport._wake(self.channel)
+            self.channel.transport.wake(self.channel)
         self._quick_ack(delivery_tag)
 
     def restore_unacked(self) -> list[Exception]:
@@ -123,9 +121,9 @@ class DelayqChannel(virtual.Channel):
     priority_steps: Iterable[int] = msg.PRIORITY_STEPS
     durable_publish = False
 
-    def __init__(self, connection: Transport, **kwargs: Any) -> None:
+    def __init__(self, connection: TransportPort, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
-        self.transport = connection
+        self.transport: TransportPort = connection
         self.backend = connection.backend
         self._held: dict[str, tuple[int, str]] = {}
         self._held_lock = threading.Lock()
@@ -182,7 +180,7 @@ class DelayqChannel(virtual.Channel):
         envs = self.backend.queue.try_poll_many(1, self._kinds(queue))
         if not envs:
             raise Empty()
-        self.transport._ensure_maintenance()  # flushes this message's ack, extends its lease
+        self.transport.ensure_maintenance()  # flushes this message's ack, extends its lease
         return self._to_message(envs[0], queue, ack_needed=True)
 
     def _purge(self, queue: str) -> int:
@@ -246,7 +244,7 @@ class DelayqChannel(virtual.Channel):
         if no_ack:
             self._no_ack_queues.add(queue)
         result = super().basic_consume(queue, no_ack, *args, **kwargs)
-        self.transport._consuming_started(self)
+        self.transport.consuming_started(self)
         return result
 
     def basic_cancel(self, consumer_tag: str) -> Any:
@@ -280,7 +278,7 @@ class DelayqChannel(virtual.Channel):
         room = self.qos.can_consume_max_estimate()
         window = self.qos.prefetch_count
         if (self.backlog and window and room is not None and room < max(1, window // 2)
-                and self.transport._hub is not None):
+                and self.transport.hub is not None):
             return None
         want = min(room or self.batch_size, self.batch_size)
         return PollPlan(self, want, self._poll_kinds(), frozenset(self._no_ack_queues))
@@ -317,8 +315,6 @@ class DelayqChannel(virtual.Channel):
         """Beat occurrences that misfired while no worker ran follow their entry's policy, so a
         worker coming back before beat's next refresh does not run the whole backlog."""
         check = _misfire_check()
-        if check is None:
-            return envs
         queue = self.backend.queue
         dropped = [e for e in envs if _BEAT_MARK in e.payload
                    and check(queue, e.kind, msg.decode(e.payload))]
@@ -352,6 +348,10 @@ class DelayqChannel(virtual.Channel):
                     self._acks[:0] = acks  # keep them for the next flush
                 raise
 
+    def consumed_queues(self) -> set[str]:
+        """The queues this channel consumes (kombu's active queues)."""
+        return set(self._active_queues)
+
     def held_locks(self) -> set[str]:
         with self._held_lock:
             return {lock for _, lock in self._held.values()}
@@ -365,5 +365,5 @@ class DelayqChannel(virtual.Channel):
             log.warning("delayq: could not flush acks on close (they will be redelivered): %s",
                         exc)
         super().close()
-        self.transport._channel_closed(self)
+        self.transport.channel_closed(self)
 

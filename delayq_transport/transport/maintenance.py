@@ -16,7 +16,7 @@ from ..core.errors import DatabaseError, DatabaseUnavailable
 from .options import DEFAULT_BINDING_TTL_S
 
 if TYPE_CHECKING:
-    from .transport import Transport
+    from .ports import TransportPort
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 class Maintenance:
     """Started with the first consumer (or ``basic_get``), stopped when the transport closes."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: TransportPort) -> None:
         self.transport = transport
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -51,7 +51,7 @@ class Maintenance:
         while not self._stop.wait(self.transport.ack_flush_interval):
             now = time.monotonic()
             try:
-                for channel in list(self.transport.channels):
+                for channel in self.transport.all_channels():
                     channel.flush_acks()
                 if now >= next_lease:
                     next_lease = now + self.transport.lease_s / 3
@@ -68,11 +68,11 @@ class Maintenance:
 
     def extend_leases(self) -> None:
         locks: set[str] = set()
-        for channel in list(self.transport.channels):
+        for channel in self.transport.all_channels():
             locks |= channel.held_locks()
         if locks:
             self.transport.backend.queue.extend_lease(locks)
 
     def touch_bindings(self) -> None:
-        queues = sorted({q for c in self.transport._consuming() for q in c._active_queues})
+        queues = sorted({q for c in self.transport.consuming() for q in c.consumed_queues()})
         self.transport.backend.bindings.touch(queues)

@@ -1,4 +1,4 @@
-"""Polling off the event loop: the plan a channel makes, and the thread that runs it.
+"""Polling off the event loop: the thread that runs the plans channels make (:class:`PollPlan`).
 
 A poll statement takes a millisecond or two; run on the hub it would stall everything else
 the worker's loop does (feeding the pool, acks, timers). So the loop thread plans the poll
@@ -12,36 +12,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from queue import SimpleQueue
-from typing import TYPE_CHECKING
 
-from ..core.types import Envelope
-from . import message as msg
+from .ports import PollPlan
 
-if TYPE_CHECKING:
-    from .channel import DelayqChannel
-
-
-
-@dataclass(slots=True)
-class PollPlan:
-    """One channel's share of a poll: made on the loop thread, filled in by the fetch."""
-
-    channel: DelayqChannel
-    want: int
-    kinds: list[str]
-    no_ack: frozenset[str]
-    next_due: int | None = None
-    more: bool = False
-    envelopes: list[Envelope] = field(default_factory=list)
-
-    def needs_ack(self, env: Envelope) -> bool:
-        return msg.queue_of_kind(env.kind)[0] not in self.no_ack
-
-    def held(self) -> list[Envelope]:
-        """Fetched rows still leased to us (no_ack ones are already deleted)."""
-        return [e for e in self.envelopes if self.needs_ack(e)]
+__all__ = ["PollJob", "PollPlan", "Poller", "fetch_all"]
 
 
 #: A poll handed to the poller thread: its outcome (an error or None) and what it fills in.

@@ -57,6 +57,7 @@ from .options import (
     SKEW_RETRY_S,
 )
 from .poller import Poller, PollPlan, fetch_all
+from .ports import ChannelPort
 from .urls import render, url_from_client
 from .wakeups import Wakeups
 
@@ -155,24 +156,39 @@ class Transport(virtual.Transport):
 
     # -- channel bookkeeping ---------------------------------------------------------------
 
-    def _consuming(self) -> list[DelayqChannel]:
-        return [c for c in self.channels if c._active_queues and not c.closed]
+    # The parts' view of the transport (ports.TransportPort): what channels, wake-ups and
+    # maintenance may call.
 
-    def _consuming_started(self, channel: DelayqChannel) -> None:
+    @property
+    def hub(self) -> Any:
+        """Celery's event loop, once the worker registered it (None without one)."""
+        return self._hub
+
+    def all_channels(self) -> list[DelayqChannel]:
+        return list(self.channels)
+
+    def consuming(self) -> list[DelayqChannel]:
+        return [c for c in self.channels if c.consumed_queues() and not c.closed]
+
+    def sleep(self, timeout: float) -> None:
+        """Wait ``timeout`` seconds, or less if the transport is closing."""
+        self.maintenance.sleep(timeout)
+
+    def consuming_started(self, channel: ChannelPort) -> None:
         channel.poll_wanted = True
         self.wakeups.ensure()
         self.maintenance.ensure()
         self.maintenance.touch_bindings()
 
-    def _ensure_maintenance(self) -> None:
+    def ensure_maintenance(self) -> None:
         """``basic_get`` needs the ack flush and lease extension too."""
         self.maintenance.ensure()
 
-    def _channel_closed(self, channel: DelayqChannel) -> None:
-        if not self._consuming():
+    def channel_closed(self, channel: ChannelPort) -> None:
+        if not self.consuming():
             self.wakeups.close()
 
-    def _wake(self, channel: DelayqChannel | None = None) -> None:
+    def wake(self, channel: ChannelPort | None = None) -> None:
         """Poll ``channel`` (default: every channel) at the next chance."""
         for c in self.channels if channel is None else (channel,):
             c.poll_wanted = True
@@ -183,7 +199,7 @@ class Transport(virtual.Transport):
         """What each channel that wants a poll has room for; None if none has. A channel with
         a full prefetch window stays wanted: it is polled as soon as an ack frees room."""
         plans = []
-        for channel in self._consuming():
+        for channel in self.consuming():
             if channel.poll_wanted and (plan := channel.plan_poll()) is not None:
                 channel.poll_wanted = False
                 plans.append(plan)
@@ -204,7 +220,7 @@ class Transport(virtual.Transport):
             else:
                 channel.next_due_ms = None if plan.next_due is None else max(plan.next_due, floor)
         if self._hub is not None:  # a backlogged channel polls anyway: no read per wake-up
-            self.wakeups.deafen(error is None and any(c.backlog for c in self._consuming()))
+            self.wakeups.deafen(error is None and any(c.backlog for c in self.consuming()))
         if error is not None:
             raise error
         return delivered
@@ -239,7 +255,7 @@ class Transport(virtual.Transport):
         self._inflight = None
         future, plans = inflight
         self._deliver_polled(plans, future.result())
-        self._schedule_hub_timer()
+        self.schedule_hub_timer()
 
     def _abandon_poll(self) -> None:
         """Closing: give back what an unfinished poll takes, so it is not held for a lease."""
@@ -256,7 +272,7 @@ class Transport(virtual.Transport):
                         "come back when their lease ends: %s", exc)
 
     def _seconds_until_due(self) -> float | None:
-        dues = [c.next_due_ms for c in self._consuming() if c.next_due_ms is not None]
+        dues = [c.next_due_ms for c in self.consuming() if c.next_due_ms is not None]
         return min(dues) / 1000 - time.time() if dues else None
 
     def _should_poll(self) -> bool:
@@ -266,10 +282,10 @@ class Transport(virtual.Transport):
         now = time.monotonic()
         if now >= self._next_fallback:
             self._next_fallback = now + self.polling_interval
-            self._wake()
+            self.wake()
         now_ms = time.time() * 1000
         wanted = False
-        for channel in self._consuming():
+        for channel in self.consuming():
             if channel.next_due_ms is not None and channel.next_due_ms <= now_ms:
                 channel.poll_wanted, channel.next_due_ms = True, None
             wanted = wanted or channel.poll_wanted
@@ -309,7 +325,7 @@ class Transport(virtual.Transport):
                 sock.setblocking(False)
         loop.add_reader(self._kick[0].fileno(), self._on_kick)
         loop.on_tick.add(self._on_tick)
-        loop.call_repeatedly(self.polling_interval, self._wake)
+        loop.call_repeatedly(self.polling_interval, self.wake)
         self.wakeups.attach(loop)
 
     def _on_kick(self) -> None:
@@ -328,7 +344,7 @@ class Transport(virtual.Transport):
             self.wakeups.reset()  # LISTEN was lost and could not be re-established yet
         self._start_poll()
 
-    def _schedule_hub_timer(self) -> None:
+    def schedule_hub_timer(self) -> None:
         """Wake the loop exactly when the earliest known message becomes due."""
         hub, wait = self._hub, self._seconds_until_due()
         if hub is None or wait is None:

@@ -26,7 +26,7 @@ from ..core.listen import Listener
 from .options import BACKLOG_DRAIN_INTERVAL_S, DEFAULT_UNHEARD_POLLING_INTERVAL_S
 
 if TYPE_CHECKING:
-    from .transport import Transport
+    from .ports import TransportPort
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 class Wakeups:
     """Owns the transport's :class:`~delayq_transport.core.listen.Listener`."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: TransportPort) -> None:
         self.transport = transport
         self.listener: Listener | None = None
         self._lock = threading.Lock()
@@ -86,7 +86,7 @@ class Wakeups:
         transport.polling_interval = min(transport.polling_interval, interval)
         if self._hub is not None and self._unheard_timer is None:
             self._unheard_timer = self._hub.call_repeatedly(transport.polling_interval,
-                                                            transport._wake)
+                                                            transport.wake)
 
     def deafen(self, deaf: bool) -> None:
         """Read the socket on a timer (``deaf``) or on every notification. Hearing again reads
@@ -132,8 +132,8 @@ class Wakeups:
         announcements that would have lowered the watermarks were lost too)."""
         self.close()
         self.transport.backend.queue.reset_watermarks()
-        self.transport._wake()
-        if self.transport._consuming():
+        self.transport.wake()
+        if self.transport.consuming():
             try:
                 self.ensure()
             except DatabaseUnavailable as exc:
@@ -143,7 +143,7 @@ class Wakeups:
         """Block until a notification may have arrived (``drain_events`` without a loop)."""
         listener = self.listener
         if listener is None or listener.closed:
-            self.transport.maintenance.sleep(timeout)
+            self.transport.sleep(timeout)
             return
         try:
             listener.wait(timeout)
@@ -162,7 +162,7 @@ class Wakeups:
             return
         if not notes:
             return
-        consumers = [(c, c.consumed_kinds()) for c in self.transport._consuming()]
+        consumers = [(c, c.consumed_kinds()) for c in self.transport.consuming()]
         now_ms = time.time() * 1000
         queue = self.transport.backend.queue
         for kind, at_ms in notes:
@@ -174,4 +174,4 @@ class Wakeups:
                     channel.poll_wanted = True
                 elif channel.next_due_ms is None or at_ms < channel.next_due_ms:
                     channel.next_due_ms = at_ms
-                    self.transport._schedule_hub_timer()
+                    self.transport.schedule_hub_timer()

@@ -12,8 +12,8 @@ from ..core.errors import InvalidInput
 from ..tasks import decode_cursor, encode_cursor
 from ..tasks.beat import beat_entries, set_beat_enabled
 from ..tasks.filters import page_size
-from .app import state
-from .pages import Guard, _reschedule, beat_action, filter_from, hours_param, watch_ids
+from .context import Guard, state
+from .forms import beat_action, filter_from, hours_param, reschedule_by, watch_ids
 
 
 async def overview(request: Request) -> Response:
@@ -58,7 +58,7 @@ async def cancel(request: Request, body: dict[str, str]) -> Response:
 
 async def reschedule(request: Request, body: dict[str, str]) -> Response:
     st = state(request)
-    result = await st.call(_reschedule, st, request.path_params["ident"], body)
+    result = await st.call(reschedule_by, st, request.path_params["ident"], body)
     return JSONResponse(asdict(result))
 
 

@@ -4,7 +4,7 @@ the list's filter (``all``), then cancel, reschedule (``at`` or ``shift``) or ru
 The page first shows a confirmation with the count (``POST /tasks/bulk`` without
 ``confirmed``), then applies it; ``POST /api/tasks/bulk`` applies at once and
 ``GET /api/tasks/bulk/preview`` gives the count. The work is :mod:`delayq_transport.tasks.bulk`'s
-(shared with ``delayq tasks cancel``); CSRF and read-only are :func:`~.app.guarded`'s.
+(shared with ``delayq tasks cancel``); CSRF and read-only are :func:`~.context.guarded`'s.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from starlette.routing import Route
 
 from ..core.errors import InvalidInput
 from ..tasks import TaskFilter, bulk
-from .app import State, state
-from .pages import Guard, filter_from, render
+from .context import Guard, State, render, state
+from .forms import filter_from
 
 FILTER_FIELDS = ("queue", "task", "state", "eta_after", "eta_before", "q", "beat")
 MAX_IDS = 10_000

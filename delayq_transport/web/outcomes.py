@@ -14,49 +14,22 @@ from starlette.routing import Route
 
 from ..core.errors import InvalidInput
 from ..tasks import TaskNotFound, decode_cursor, encode_cursor
-from ..tasks.deadletters import DeadLetterPage, DeadLetterService
+from ..tasks.deadletters import DeadLetterPage
 from ..tasks.filters import page_size
-from ..tasks.outcomes import Outcome, ResultBackend
-from .app import State, state
-from .pages import Guard, render
-
-
-def dead_letters(st: State) -> DeadLetterService:
-    extras = vars(st)  # made on first use, kept with the app's state
-    if "dead_letters" not in extras:
-        extras["dead_letters"] = DeadLetterService(st.queue, hide_args=st.config.hide_args)
-    return extras["dead_letters"]  # type: ignore[no-any-return]
-
-
-def result_backend(st: State) -> ResultBackend | None:
-    """The app's result backend when ``--result-backend`` named one (made on first use)."""
-    url = st.config.result_backend
-    if not url:
-        return None
-    extras = vars(st)
-    if "result_backend" not in extras:
-        extras["result_backend"] = ResultBackend(url, hide_results=st.config.hide_args)
-    return extras["result_backend"]  # type: ignore[no-any-return]
-
-
-async def outcome_of(request: Request, task_id: str) -> Outcome | None:
-    """The task's outcome for the task page, None without a result backend."""
-    st = state(request)
-    backend = result_backend(st)
-    return None if backend is None else await st.call(backend.outcome, task_id)
+from .context import Guard, outcome_of, render, state
 
 
 def _page_of(request: Request) -> tuple[str | None, DeadLetterPage, int]:
     st = state(request)
     params = request.query_params
     limit = page_size(params.get("limit"))
-    page = dead_letters(st).list_page(params.get("queue") or None,
+    page = st.dead_letters().list_page(params.get("queue") or None,
                                       decode_cursor(params.get("cursor")), limit)
     return params.get("queue") or None, page, limit
 
 
 def _listing(request: Request) -> dict[str, Any]:
-    svc = dead_letters(state(request))
+    svc = state(request).dead_letters()
     queue, page, limit = _page_of(request)
     nxt = None
     if page.next_cursor:
@@ -73,7 +46,7 @@ async def dead_letter_list(request: Request) -> Response:
 
 async def dead_letter_page(request: Request) -> Response:
     st = state(request)
-    letter = await st.call(dead_letters(st).find, request.path_params["ident"])
+    letter = await st.call(st.dead_letters().find, request.path_params["ident"])
     return render(request, "dead_letter.html", page_name="dead_letters", letter=letter,
                   d=letter.as_dict(full=True))
 
@@ -90,7 +63,7 @@ def _change(action: str, respond: Callable[[dict[str, Any]], Response]
 
     async def endpoint(request: Request, body: dict[str, str]) -> Response:
         st = state(request)
-        return respond(await st.call(getattr(dead_letters(st), action),
+        return respond(await st.call(getattr(st.dead_letters(), action),
                                      request.path_params["ident"]))
 
     return endpoint
@@ -116,7 +89,7 @@ async def outcome_page(request: Request) -> Response:
 
 
 def _api_listing(request: Request) -> dict[str, Any]:
-    svc = dead_letters(state(request))
+    svc = state(request).dead_letters()
     _, page, _ = _page_of(request)
     return {"queues": svc.queues(),
             "dead_letters": [d.as_dict() for d in page.items],
@@ -129,7 +102,7 @@ async def api_list(request: Request) -> Response:
 
 async def api_show(request: Request) -> Response:
     st = state(request)
-    letter = await st.call(dead_letters(st).find, request.path_params["ident"])
+    letter = await st.call(st.dead_letters().find, request.path_params["ident"])
     return JSONResponse(letter.as_dict(full=True))
 
 

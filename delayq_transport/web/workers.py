@@ -10,12 +10,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..core import leases
+from ..core.bindings import DEFAULT_BINDING_TTL_S
 from ..core.queue import DelayedQueue
+from ..formats.celery import queue_of_kind
 from ..tasks.service import iso
-from ..transport.message import queue_of_kind
-from ..transport.options import DEFAULT_BINDING_TTL_S
-from .app import state
-from .pages import Guard, render
+from .context import Guard, render, state
 
 #: A queue whose consumers' heartbeat is older than this is shown as not consumed.
 LIVE_MS = int(DEFAULT_BINDING_TTL_S * 1000)
@@ -24,7 +23,7 @@ PIDBOX_SUFFIX = ".celery.pidbox"
 
 def queue_name(kind: str) -> str:
     """A kind's queue for display: Celery's priority suffix or Dramatiq's namespace removed."""
-    from ..dramatiq.names import queue_of_kind as dramatiq_queue
+    from ..formats.dramatiq import queue_of_kind as dramatiq_queue
 
     parsed = dramatiq_queue(kind)
     return f"{parsed[0]} (Dramatiq)" if parsed else queue_of_kind(kind)[0]

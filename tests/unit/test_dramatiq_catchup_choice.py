@@ -1,5 +1,5 @@
 """Periodic actors without a database: decorator order, and which never-installed occurrences
-a misfire policy runs after an outage (delayq_transport/dramatiq/catchup.py)."""
+a misfire policy runs after an outage (delayq_transport/scheduling/catchup.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ pytest.importorskip("dramatiq")
 import dramatiq  # noqa: E402
 from dramatiq.brokers.stub import StubBroker  # noqa: E402
 
-from delayq_beat.entries import make_spec, parse_crontab  # noqa: E402
-from delayq_transport.dramatiq.catchup import (  # noqa: E402
-    catch_up_times,
+from delayq_transport.dramatiq.periodic import REGISTRY, periodic  # noqa: E402
+from delayq_transport.scheduling.catchup import catch_up_times  # noqa: E402
+from delayq_transport.scheduling.entries import make_spec  # noqa: E402
+from delayq_transport.scheduling.schedules import parse_crontab  # noqa: E402
+from delayq_transport.scheduling.times import (  # noqa: E402
     newer_occurrence_passed,
     newest_occurrences,
 )
-from delayq_transport.dramatiq.periodic import REGISTRY, periodic  # noqa: E402
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

@@ -1,5 +1,7 @@
-"""The package layout's two rules, checked on the source: the core imports no adapter, and
-adapters contain no SQL (they call the core). Plus every public import path users type.
+"""The package layout's rules, checked on the source: the core imports no adapter, adapters
+contain no SQL (they call the core), every package imports only the layers below it (no adapter
+imports another; the scheduling engine knows neither Celery nor Dramatiq), and no import circle
+anywhere. Plus every public import path users type.
 
 Read as text and ASTs (nothing is imported for the rules), so a violation fails here with
 the file and line, before any behaviour test notices.
@@ -67,6 +69,183 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                 base = f"{parent}.{base}" if base else parent
             out += [(node.lineno, base)] + [(node.lineno, f"{base}.{a.name}") for a in node.names]
     return out
+
+
+#: Layers from the bottom: a package imports its own modules and lower layers only.
+LAYERS: dict[str, int] = {
+    "core": 0,          # the queue core: SQL, the database
+    "root": 1,          # delayq_transport/__init__.py: the core's API, kombu's alias
+    "formats": 2,       # how Celery and Dramatiq messages sit in rows (kombu's JSON at most)
+    "scheduling": 3,    # the scheduling engine under Celery beat and Dramatiq's periodic actors
+    "tasks": 4,         # the operator service under both operator front ends (CLI, web page)
+    **dict.fromkeys(("transport", "dramatiq", "delayq_beat", "spark", "web", "metrics"), 5),
+    "cli": 6,           # the composition root: it loads the adapters' commands
+}
+#: The adapters: none imports another (same layer).
+ADAPTERS = {name for name, level in LAYERS.items() if level == 5}
+#: Third-party packages the engine must not import.
+FRAMEWORKS = ("celery", "kombu", "dramatiq")
+
+
+def _part(module: str) -> str:
+    """The layout part a module belongs to (``delayq_transport.web.app`` -> ``web``)."""
+    parts = module.split(".")
+    if parts[0] == "delayq_beat":
+        return "delayq_beat"
+    if len(parts) == 1:
+        return "root"
+    return "cli" if parts[1] == "__main__" else parts[1]
+
+
+def _our_modules() -> dict[str, Path]:
+    files = _py_files(PKG) + _py_files(ROOT / "delayq_beat")
+    return {_module_of(f).removesuffix(".__init__"): f for f in files}
+
+
+def _import_graph(modules: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """module -> {imported module of ours: line}. Every import counts: module level, inside a
+    function (lazy), and under ``if TYPE_CHECKING`` (a type-only back reference still means
+    the lower module is written against the higher one). ``from pkg import name`` imports
+    ``pkg.name`` when that is a module, else ``pkg``; a submodule's implicit import of its
+    parent package is not counted (every submodule would depend on its package)."""
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        edges: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    parent = ".".join(parts[: len(parts) - node.level + 1])
+                    base = f"{parent}.{base}" if base else parent
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                         for a in node.names]
+            else:
+                continue
+            for name in names:
+                while name and name not in modules:
+                    name = name.rpartition(".")[0]
+                if name and name != module:
+                    edges.setdefault(name, node.lineno)
+        graph[module] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, {})))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    modules = _our_modules()
+    graph = _import_graph(modules)
+    cycles = _cycles(graph)
+    described = [" <-> ".join(c) + "\n    " + "; ".join(
+        f"{a.rsplit('.', 1)[-1]} -> {b.rsplit('.', 1)[-1]} (line {graph[a][b]})"
+        for a in c for b in c if b in graph[a]) for c in cycles]
+    assert cycles == [], "import circles (cut them: move the shared piece down, or pass what " \
+                         "is needed):\n" + "\n".join(described)
+
+
+def _where(path: Path) -> str:
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
+def _layer_violations(modules: dict[str, Path]) -> list[str]:
+    bad = []
+    for module, edges in _import_graph(modules).items():
+        source = _part(module)
+        for target_module, line in edges.items():
+            target = _part(target_module)
+            if target == source:
+                continue
+            if source not in LAYERS or target not in LAYERS:
+                bad.append(f"{module}: unknown layout part {source!r} or {target!r} "
+                           "(add it to LAYERS)")
+            elif target == "cli" and module.rsplit(".", 1)[-1] == "cli" and source in ADAPTERS:
+                continue  # an adapter's command registers itself (the CLI loads it lazily)
+            elif LAYERS[target] >= LAYERS[source]:
+                bad.append(f"{_where(modules[module])}:{line} ({source}) imports "
+                           f"{target_module} ({target})")
+    return bad
+
+
+def test_packages_import_only_lower_layers_and_no_adapter_imports_another() -> None:
+    bad = _layer_violations(_our_modules())
+    assert bad == [], "imports against the layers (see LAYERS):\n" + "\n".join(bad)
+
+
+def test_the_scheduling_engine_knows_no_framework_and_no_front_end() -> None:
+    bad = [f"{f.relative_to(ROOT)}:{line} imports {mod}"
+           for f in _py_files(PKG / "scheduling") for line, mod in _imports(f)
+           if mod.split(".")[0] in FRAMEWORKS or mod.split(".")[0] == "delayq_beat"
+           or (mod.startswith("delayq_transport.") and _part(mod) not in ("core", "scheduling"))]
+    assert bad == [], "the engine imports only the core:\n" + "\n".join(bad)
+
+
+def test_the_graph_rules_catch_a_cycle_and_a_cross_adapter_import(tmp_path: Path) -> None:
+    """Not vacuous: a TYPE_CHECKING-only circle and one adapter importing another are found."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                 "    from delayq_transport.web.b import X\n")
+    b.write_text("def f():\n    from delayq_transport.web.a import Y\n")
+    modules = {"delayq_transport.web.a": a, "delayq_transport.web.b": b}
+    assert _cycles(_import_graph(modules)) == [sorted(modules)]
+    c = tmp_path / "c.py"
+    c.write_text("from delayq_transport.transport import message\n")
+    found = _layer_violations({"delayq_transport.spark.c": c,
+                               "delayq_transport.transport.message": b})
+    assert any("imports delayq_transport.transport.message (transport)" in v for v in found)
+
+
+def test_lazy_commands_name_modules_that_exist() -> None:
+    """``cli/main.py`` loads plugin commands by module name: each must exist."""
+    from importlib.util import find_spec
+
+    from delayq_transport.cli.main import LAZY_COMMANDS, STATUS_PLUGIN_MODULES
+
+    names = {m for mods in LAZY_COMMANDS.values() for m in mods} | set(STATUS_PLUGIN_MODULES)
+    assert [n for n in sorted(names) if find_spec(n) is None] == []
 
 
 def test_core_imports_no_adapter() -> None:
