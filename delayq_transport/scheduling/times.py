@@ -2,7 +2,7 @@
 
 Pure (no database, no framework), so every scheduler computes the same keys
 ``{entry}/{configHash}/{UTC epoch ms}`` for the same configuration, and the unique index on the
-key makes the first insert win. Rules (documented in docs/beat.md):
+key makes the first insert win. Rules (documented in docs/how-to/beat.md):
 
 * interval entries fire on multiples of the period since their anchor: the Unix epoch unless
   anchored (a start time, or the entry's first install as the ledger recorded it), so

@@ -2,7 +2,7 @@
 of occurrences (across a DST change in America/New_York) equals what django-celery-beat's
 scheduler would fire, stepped on a simulated clock through its real ``ModelEntry.is_due`` and
 schedule objects (no database: the model instances are never saved). Where django-celery-beat
-differs on purpose, the difference is asserted and documented (docs/beat.md).
+differs on purpose, the difference is asserted and documented (docs/how-to/beat.md).
 """
 
 from __future__ import annotations
