@@ -117,18 +117,30 @@ _STATES: weakref.WeakKeyDictionary[Any, _ConnState] = weakref.WeakKeyDictionary(
 class Joined:
     """A caller's driver connection, on which the core runs its statements (never commits)."""
 
-    __slots__ = ("raw", "_psycopg3", "_state")
+    __slots__ = ("raw", "_resolve", "_psycopg3", "_state")
 
     def __init__(self, connection: Any) -> None:
-        self.raw = driver_connection(connection)
-        self._psycopg3 = isinstance(self.raw, psycopg.Connection)
-        state = _STATES.get(self.raw)
+        self._resolve = resolver(connection)
+        self.raw: Any = None
+        self._bind()
+
+    def _bind(self) -> None:
+        """Look the driver connection up again: a SQLAlchemy Session emits a pending
+        ``begin_nested()`` SAVEPOINT only when its connection is asked for, and may hold
+        another connection after a commit; Django may have reconnected."""
+        raw = self._resolve()
+        if raw is self.raw:
+            return
+        self.raw = raw
+        self._psycopg3 = isinstance(raw, psycopg.Connection)
+        state = _STATES.get(raw)
         if state is None:
-            state = _STATES[self.raw] = _ConnState()
+            state = _STATES[raw] = _ConnState()
         self._state = state
 
     def run(self, text: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Send ``text`` (one or more statements) in one round trip; the last one's rows."""
+        self._bind()
         self._check_transaction()
         try:
             if self._psycopg3:
@@ -184,6 +196,7 @@ class Joined:
 
     def check_database(self, db: Database) -> None:
         """Refuse a transaction on another database than ``db`` (see the module docstring)."""
+        self._bind()
         state = self._state
         if db in state.verified:
             return
@@ -231,18 +244,22 @@ def _describe(identity: tuple[str, ...]) -> str:
     return f"{name!r} (cluster {system}, up since {started})"
 
 
-def driver_connection(obj: Any) -> Any:
-    """The psycopg 3 or psycopg2 connection behind ``obj`` (see the module docstring)."""
+def resolver(obj: Any) -> Callable[[], Any]:
+    """How to reach the psycopg 3 or psycopg2 connection behind ``obj`` at each statement
+    (see the module docstring for what ``obj`` may be)."""
     if isinstance(obj, psycopg.AsyncConnection):
         raise InvalidInput("delayq publishes synchronously: pass a psycopg.Connection, not an "
                            "AsyncConnection")
     if _is_driver(obj):
-        return obj
+        return lambda: obj
     module = type(obj).__module__
     if module.startswith("sqlalchemy."):
-        return _from_sqlalchemy(obj)
+        return lambda: _from_sqlalchemy(obj)
     if module.startswith("django."):
-        return _from_django(obj)
+        if getattr(obj, "vendor", None) != "postgresql":
+            raise InvalidInput(f"the Django database {getattr(obj, 'alias', '?')!r} is not "
+                               "PostgreSQL: delayq joins PostgreSQL transactions only")
+        return lambda: _from_django(obj)
     raise InvalidInput(
         f"cannot publish in a transaction of {type(obj).__module__}.{type(obj).__name__}: "
         "pass a psycopg 3 or psycopg2 connection, a SQLAlchemy Connection or Session, or a "
@@ -264,19 +281,17 @@ def _only_driver(raw: Any, what: str) -> Any:
 
 
 def _from_sqlalchemy(obj: Any) -> Any:
-    """A Session (or scoped_session) gives its connection, which begins its transaction; a
-    Connection must be in one (``engine.begin()``, ``conn.begin()``)."""
+    """A Session (or scoped_session) gives its connection, which begins its transaction. A
+    Connection between transactions begins one as its next statement would (SQLAlchemy 2's
+    autobegin): a statement sent past it would open a transaction SQLAlchemy does not know
+    of, which ``conn.commit()`` would then not commit."""
     if callable(getattr(obj, "connection", None)) and hasattr(obj, "get_bind"):
         obj = obj.connection()
     if not obj.in_transaction():
-        raise TransactionRefused("the SQLAlchemy Connection is not in a transaction: use "
-                                 "`with engine.begin() as conn:` or `conn.begin()` first")
+        obj.begin()
     return _only_driver(obj.connection.dbapi_connection, "this SQLAlchemy engine")
 
 
 def _from_django(obj: Any) -> Any:
-    if getattr(obj, "vendor", None) != "postgresql":
-        raise InvalidInput(f"the Django database {getattr(obj, 'alias', '?')!r} is not "
-                           "PostgreSQL: delayq joins PostgreSQL transactions only")
     obj.ensure_connection()
     return _only_driver(obj.connection, f"the Django database {obj.alias!r}")
