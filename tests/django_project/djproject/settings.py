@@ -7,7 +7,9 @@
   psycopg 3, so psycopg2 is chosen by hiding psycopg 3 while the backend loads);
 * ``DJANGO_DELAYQ_JOIN_ATOMIC``: ``1`` (default) or ``0``: ``DELAYQ_JOIN_ATOMIC``;
 * ``DJANGO_CONN_MAX_AGE``: seconds (default 0, Django's: a connection per request);
-* ``DELAYQ_TRANSPORT_OPTIONS``: JSON, Celery's ``broker_transport_options``.
+* ``DELAYQ_TRANSPORT_OPTIONS``: JSON, Celery's ``broker_transport_options``;
+* ``DJANGO_BROKER_URL``: another broker (Redis, RabbitMQ) instead of delayq in ``DATABASES``;
+  ``DJANGO_TASK_QUEUE``: the default queue (``celery``).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ DATABASES = {
 DELAYQ_JOIN_ATOMIC = os.environ.get("DJANGO_DELAYQ_JOIN_ATOMIC", "1") == "1"
 DELAYQ_DATABASE = "default"
 
-CELERY_BROKER_URL = broker_url(DATABASES["default"])
+CELERY_BROKER_URL = os.environ.get("DJANGO_BROKER_URL") or broker_url(DATABASES["default"])
 CELERY_BROKER_TRANSPORT_OPTIONS = json.loads(os.environ.get("DELAYQ_TRANSPORT_OPTIONS", "{}"))
-CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("DJANGO_TASK_QUEUE", "celery")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -20,14 +20,19 @@ class Declined(Exception):
 @csrf_exempt
 def place_order(request: HttpRequest) -> JsonResponse:
     """POST ``item``; ``linger`` (seconds of work after the publish, before the commit),
-    ``countdown`` (the receipt's), ``decline=1`` (roll the order back)."""
+    ``countdown`` (the receipt's), ``decline=1`` (roll the order back), ``on_commit=1``
+    (publish after the commit instead, Celery's advice for brokers outside the database)."""
     order_id = None
     try:
         with transaction.atomic():
             order = Order.objects.create(item=request.POST.get("item", "thing"))
             order_id = order.pk
             countdown = float(request.POST.get("countdown", 0))
-            if countdown:
+            if request.POST.get("on_commit") == "1":
+                pk = order.pk
+                transaction.on_commit(lambda: send_receipt.apply_async((pk,),
+                                                                       countdown=countdown))
+            elif countdown:
                 send_receipt.apply_async((order.pk,), countdown=countdown)
             else:
                 send_receipt.delay(order.pk)
