@@ -100,15 +100,15 @@ def transaction(connection: Any) -> Iterator[Joined]:
 
 
 class _ConnState:
-    """What delayq keeps about one caller connection: its database identity, the Databases
-    it was found to share, and (psycopg 3) a client-side-binding cursor."""
+    """What delayq keeps about one caller connection: its database identity and the
+    Databases it was found to share. Nothing in it refers to the connection, which is the
+    weak key: a connection the caller drops is not kept alive by delayq."""
 
-    __slots__ = ("cursor", "identity", "verified", "__weakref__")
+    __slots__ = ("identity", "verified", "__weakref__")
 
     def __init__(self) -> None:
         self.identity: tuple[str, ...] | None = None
         self.verified: weakref.WeakSet[Database] = weakref.WeakSet()
-        self.cursor: psycopg.ClientCursor[Any] | None = None
 
 
 _STATES: weakref.WeakKeyDictionary[Any, _ConnState] = weakref.WeakKeyDictionary()
@@ -152,9 +152,11 @@ class Joined:
             raise
 
     def _run_psycopg3(self, text: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        cur = self._state.cursor
+        # A client-side-binding cursor kept on the connection (a cycle the collector frees
+        # with it), as core/direct.py keeps its state.
+        cur: psycopg.ClientCursor[Any] | None = getattr(self.raw, "_delayq_client_cursor", None)
         if cur is None or cur.closed:
-            cur = self._state.cursor = psycopg.ClientCursor(self.raw)
+            cur = self.raw._delayq_client_cursor = psycopg.ClientCursor(self.raw)
         cur.execute(text, params)
         while cur.nextset():
             pass

@@ -308,6 +308,24 @@ def test_outside_a_block_publishing_is_delayqs_own(queue: DelayedQueue,
         conn.rollback()
 
 
+@pytest.mark.parametrize("name", ["psycopg", "psycopg2"])
+def test_a_callers_connection_is_not_kept_alive(name: str, queue: DelayedQueue,
+                                                database_url: str) -> None:
+    """A process opening a connection per request must not accumulate them in delayq."""
+    import gc
+    import weakref
+
+    conn = CLIENTS[name](database_url).handle
+    with transaction(conn):
+        queue.offer(f"gc-{name}", b"x")
+    conn.commit()
+    conn.close()
+    ref = weakref.ref(conn)
+    del conn
+    gc.collect()
+    assert ref() is None
+
+
 # -- helpers -------------------------------------------------------------------------------
 
 
