@@ -90,7 +90,9 @@ def set_implicit(provider: Callable[[], Joined | None] | None) -> None:
 def transaction(connection: Any) -> Iterator[Joined]:
     """Publish through ``connection`` inside this block: every task published in it is written
     in the connection's transaction, so it is seen by workers once that transaction commits and
-    never if it rolls back (see the module docstring for what ``connection`` may be)."""
+    never if it rolls back. ``connection``: a psycopg 3 or psycopg2 connection, a SQLAlchemy 2
+    ``Connection`` or ``Session``, or a Django database connection (PostgreSQL, either driver),
+    on the broker's database; delayq never commits or rolls it back."""
     joined = Joined(connection)
     token = _CURRENT.set(joined)
     try:
