@@ -37,6 +37,7 @@ SECTIONS = {
     "failover": "bench_failover",
     "connection_budget": "connection_budget",
     "connection_budget_single_pool": "connection_budget",
+    "transaction": "bench_transaction",
 }
 #: README's comparison table: its own writer, from several results files.
 README_SECTION = "readme"

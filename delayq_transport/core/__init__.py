@@ -16,7 +16,9 @@ from .errors import (
     DelayqError,
     InvalidInput,
     SchemaMissing,
+    TransactionRefused,
 )
+from .joined import transaction
 from .publish_buffer import PublishBuffer
 from .queries import validate_table_name
 from .queue import DelayedQueue
@@ -42,7 +44,9 @@ __all__ = [
     "RetryPolicy",
     "SchemaMissing",
     "StoredMessage",
+    "TransactionRefused",
     "config_hash",
     "migrate",
+    "transaction",
     "validate_table_name",
 ]

@@ -136,6 +136,8 @@ class Database:
         self.transaction_pooling = pooling == "transaction"
         #: Whether the server takes session settings as startup options.
         self._options_ok = True
+        #: Which database this is (core/joined.py compares it with a caller's connection).
+        self.identity: tuple[str, ...] = ()
         self._probe(detect=pooling == "auto")
         pooled = self.transaction_pooling
         #: How a transaction opens where settings cannot ride on the connection (None: it
@@ -236,6 +238,7 @@ class Database:
                     row = conn.execute(raw_queries()["session_marker"], {"name": _MARKER},
                                        prepare=False).fetchone()
                     self._options_ok = bool(row and row[0] == "on")
+                self.identity = _identity_of(conn)
         except psycopg.Error as exc:
             raise translate(exc, self.url) from exc
         if detect and not self._options_ok:
@@ -243,6 +246,12 @@ class Database:
             log.info("delayq: %s drops session settings (a pooler such as PgBouncer): "
                      "no named prepared statements, settings applied per transaction",
                      mask_password(self.url))
+
+    def refresh_identity(self) -> tuple[str, ...]:
+        """Read again which database the pool reaches (a failover or a restart since the
+        probe): core/joined.py asks before it refuses a caller's transaction as another one."""
+        self.identity = self.run(_identity_of)
+        return self.identity
 
     def connect(self, *, listen: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:
         """A dedicated connection outside the pool (LISTEN needs one that stays put; with
@@ -413,6 +422,13 @@ def _simple(conn: psycopg.Connection[Any], statements: bytes) -> None:
             raise psycopg.OperationalError(
                 f"connection lost: {conn.pgconn.error_message.decode(errors='replace').strip()}")
         raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
+
+
+def _identity_of(conn: psycopg.Connection[Any]) -> tuple[str, ...]:
+    """(database, cluster system identifier, cluster start) of the server ``conn`` reaches."""
+    row = conn.execute(raw_queries()["database_identity"], prepare=False).fetchone()
+    assert row is not None
+    return tuple(str(v) for v in row)
 
 
 def as_arrays(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:

@@ -34,6 +34,12 @@ class DatabaseError(DelayqError):
     """The database refused an operation for a reason retrying will not fix."""
 
 
+class TransactionRefused(DatabaseError):
+    """A publish could not join the caller's transaction (core/joined.py): another database
+    than the broker's, no transaction open, an aborted one. Nothing was published; never
+    retried, since the same transaction would be refused again."""
+
+
 class SchemaMissing(DatabaseError):
     """The queue table does not exist and schema creation was turned off."""
 

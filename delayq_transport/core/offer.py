@@ -4,6 +4,10 @@ A row is inserted optimistically (``offer_insert``; 0 rows means the key exists,
 compare-and-swap replaces it when asked to). Concurrent offers of one process share one insert
 and commit (core/combine.py), and every created row is announced to the consumers after its
 commit (core/announce.py), never from inside the publishing transaction.
+
+Inside :func:`~.joined.transaction` (or a framework's transaction the Django app names), an
+offer is written in the caller's transaction instead (core/joined_offer.py): the only change to
+this path is asking :func:`~.joined.current`.
 """
 
 from __future__ import annotations
@@ -16,11 +20,20 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from . import joined_offer
 from .combine import ALONE, OfferCombiner
-from .db import as_arrays, cursor_of
+from .db import cursor_of
 from .errors import DatabaseError
+from .joined import current
+from .offer_rows import (
+    MAX_CAS_ATTEMPTS,
+    OFFER_BATCH_CHUNK,
+    batch_params,
+    chunk_outcomes,
+    replacement,
+)
 from .timeutil import duration_ms
-from .types import Offer, OfferOutcome, StoredMessage
+from .types import Offer, OfferOutcome
 from .validate import MsMemo, scheduled_ms, validate_key, validate_payload
 
 if TYPE_CHECKING:
@@ -28,10 +41,6 @@ if TYPE_CHECKING:
     from .db import Database
     from .queries import Queries
 
-#: Rows per multi-row insert; bounded so one statement never carries an unbounded payload.
-OFFER_BATCH_CHUNK = 1000
-#: A CAS loop that keeps losing is a bug or a pathological hot key, not something to spin on.
-MAX_CAS_ATTEMPTS = 100
 
 
 class Offering:
@@ -48,6 +57,9 @@ class Offering:
         raise NotImplementedError
 
     def _lower(self, kind: str, at_ms: int) -> None:
+        raise NotImplementedError
+
+    def lower_watermark(self, kind: str, at_ms: int) -> None:
         raise NotImplementedError
 
     def _make_combiners(self) -> dict[bool, OfferCombiner]:
@@ -74,6 +86,8 @@ class Offering:
         """
         params = self._offer_params(key, payload, scheduled_at)
         lead_ms = None if min_lead is None else duration_ms(min_lead, what="min_lead")
+        if (joined := current()) is not None:  # the caller's transaction (core/joined.py)
+            return joined_offer.offer(self, joined, params, can_update, lead_ms)
         if lead_ms is None and self.clock is None:  # concurrent offers share a commit
             at = self._combiners[durable].offer(params)
             if at is not ALONE:
@@ -111,11 +125,7 @@ class Offering:
     def _insert_rows(self, chunk: list[dict[str, Any]], lead_ms: int | None, durable: bool
                      ) -> list[tuple[Any, ...]]:
         """One multi-row insert; the created rows' ``(pKey, pKind, scheduledAt)``, announced."""
-        keys, kinds, payloads, ats = as_arrays(
-            [(p["key"], p["kind"], p["payload"], p["scheduled_at"]) for p in chunk], 4
-        )
-        params = {"keys": keys, "kinds": kinds, "payloads": payloads, "ats": ats,
-                  "now": chunk[0]["now"], "min_lead_ms": lead_ms}
+        params = batch_params(chunk, lead_ms)
         statement = self.queries["offer_batch_insert"]
 
         def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
@@ -171,18 +181,9 @@ class Offering:
                     if too_close:
                         return OfferOutcome.IGNORED
                     continue  # consumed meanwhile: insert again
-                existing = StoredMessage.from_row(row)
-                if (
-                    existing.payload == params["payload"]
-                    and existing.scheduled_at_initially_ms == params["scheduled_at"]
-                    and not existing.in_flight
-                ):
+                cas = replacement(row, params)
+                if cas is None:
                     return OfferOutcome.IGNORED
-                cas = dict(
-                    params,
-                    expected_initially=existing.scheduled_at_initially_ms,
-                    expected_created=existing.created_at_ms,
-                )
                 if row := cur.execute(q["offer_cas_update"], cas).fetchone():
                     self._lower(params["kind"], row[0])
                     return OfferOutcome.UPDATED
@@ -214,6 +215,9 @@ class Offering:
         memo: MsMemo = {}
         prepared = [self._offer_params(*item, memo=memo) for item in items]
         lead_ms = None if min_lead is None else duration_ms(min_lead, what="min_lead")
+        if (joined := current()) is not None:  # the caller's transaction (core/joined.py)
+            return joined_offer.offer_batch(self, joined, prepared, can_update, lead_ms,
+                                            chunk_size)
         outcomes: list[OfferOutcome] = []
         for start in range(0, len(prepared), chunk_size):
             chunk = prepared[start : start + chunk_size]
@@ -225,19 +229,8 @@ class Offering:
         durable: bool = True,
     ) -> list[OfferOutcome]:
         rows = self._insert_rows(chunk, lead_ms, durable)
-        if rows:
-            self._lower(rows[0][1], min(r[2] for r in rows))  # one kind per DelayedQueue
-        created = {row[0] for row in rows}
-        outcomes: list[OfferOutcome] = []
-        for p in chunk:
-            if p["key"] in created:
-                created.discard(p["key"])  # a repeat of this key in the batch is not "created"
-                outcomes.append(OfferOutcome.CREATED)
-            elif can_update:
-                outcomes.append(self._offer_existing(p, lead_ms))
-            else:
-                outcomes.append(OfferOutcome.IGNORED)
-        return outcomes
+        return chunk_outcomes(chunk, rows, can_update,
+                              lambda p: self._offer_existing(p, lead_ms), self._lower)
 
     def _offer_existing(self, params: dict[str, Any], lead_ms: int | None) -> OfferOutcome:
         """The one-by-one fallback of offer_batch for keys that already had a row."""

@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import DatabaseUnavailable, DelayqError, InvalidInput
+from .joined import current
 from .validate import validate_key, validate_kind, validate_payload
 
 if TYPE_CHECKING:
@@ -121,7 +122,11 @@ class PublishBuffer:
     def put(self, kind: str, key: str, payload: bytes, at: datetime | None = None, *,
             can_update: bool = True) -> None:
         """Accept one offer for the next write; raises only on bad input, after ``close``, or
-        when ``max_pending`` publishes still wait after ``put_timeout``."""
+        when ``max_pending`` publishes still wait after ``put_timeout``. Inside the caller's
+        transaction (core/joined.py) the offer is written now, in it, not buffered."""
+        if current() is not None:
+            self._queue_for(kind).offer(key, payload, at, can_update=can_update)
+            return
         kind, key = validate_kind(kind), validate_key(key)
         payload = validate_payload(payload)
         with self._cond:

@@ -20,6 +20,8 @@ MIGRATIONS_TABLE = "delayq_migrations"
 #: Blocks rendered per role by :func:`grant_statements`, not per table at start-up.
 GRANT_PREFIX = "grant_"
 _BLOCK_RE = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
+#: psycopg 3's binary placeholder, which psycopg2 and client-side binding do not know.
+_BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)b")
 
 #: Expands ``{now}``: the injected clock if the queue has one, else the database clock.
 NOW_SQL = "COALESCE(%(now)s::bigint, (extract(epoch FROM now()) * 1000)::bigint)"
@@ -88,6 +90,7 @@ class Queries:
             if not name.startswith(GRANT_PREFIX)
         }
         self._direct: dict[str, DirectStatement] = {}
+        self._portable: dict[tuple[str, ...], str] = {}
 
     def __getitem__(self, name: str) -> str:
         return self._text[name]
@@ -98,6 +101,18 @@ class Queries:
         if statement is None:
             statement = self._direct[name] = DirectStatement(name, self._text[name])
         return statement
+
+
+    def portable(self, *names: str) -> str:
+        """Statements for a connection delayq does not own (core/joined.py): ``%(x)s``
+        placeholders only, which psycopg2 and psycopg 3's client-side binding both fill in
+        (binary ``%(x)b`` is psycopg 3's server-side binding alone), several statements joined
+        into one text sent in one round trip. The statements are the same named blocks."""
+        text = self._portable.get(names)
+        if text is None:
+            text = self._portable[names] = ";\n".join(
+                _BINARY_PLACEHOLDER.sub(r"%(\1)s", self._text[n]) for n in names)
+        return text
 
 
 def grant_statements(block: str, *, table: str, role: str, schema: str) -> list[str]:

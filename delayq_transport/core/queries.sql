@@ -31,6 +31,18 @@ WITH ins AS (
 SELECT "scheduledAt", set_config('delayq.notified_at', statement_timestamp()::text, true)
 FROM ins
 
+-- offer_notify --
+-- core/joined.py: the wake-up of rows published in the caller's own transaction, sent inside
+-- it, in the same round trip as the insert that follows it (offer_insert or
+-- offer_batch_insert, which still mark themselves so the insert trigger stays quiet). So it
+-- is delivered at that transaction's commit, when the rows become visible, and dropped with
+-- it or with its savepoint. One notification per kind with its earliest scheduledAt, as
+-- core/announce.py sends them; `now` inside the caller's transaction is its start, which is
+-- also what the insert stores.
+SELECT pg_notify({channel_literal}, s.kind || ':' || min(COALESCE(s.at, {now})))
+FROM unnest(%(kinds)s::text[], %(ats)s::bigint[]) AS s(kind, at)
+GROUP BY s.kind
+
 -- offer_select_for_update --
 -- Phase 2 of offer(): lock the existing row so the compare-and-swap below cannot lose an update.
 SELECT "id", "pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "lockUuid", "createdAt"
@@ -458,6 +470,14 @@ ALTER TABLE {table} SET (fillfactor = 50)
 -- core/db.py: the marker setting sent with delayq's startup options, read back once: missing
 -- when something between delayq and PostgreSQL (PgBouncer) refused or dropped the options.
 SELECT current_setting(%(name)s, true)
+
+-- database_identity --
+-- core/joined.py: which database a connection reaches, compared before a publish joins a
+-- caller's transaction. The cluster's system identifier and start time tell apart two servers
+-- (a restored copy shares the identifier, not the start); the name tells apart its databases.
+-- Host names cannot: one server answers to several, and PgBouncer stands in for it.
+SELECT current_database()::text, (SELECT system_identifier FROM pg_control_system())::text,
+       pg_postmaster_start_time()::text
 
 -- listen --
 -- Subscribe a connection to this table's wake-ups.

@@ -12,6 +12,10 @@ same spellings of a primary and its standbys:
   ``broker_url`` as it is. Outside kombu it becomes the multi-host URL of its parts (they
   must name the same user, password and database), with ``target_session_attrs=read-write``
   unless a part says otherwise: the list names a primary and its standbys, and delayq writes.
+* libpq's keyword/value connection string, ``dbname=app user=app host=db port=5432``, what
+  Django and psycopg build (``conninfo``): the same keywords as query parameters of an
+  otherwise empty URL (``postgresql://?dbname=app&user=app&host=db&port=5432``), which libpq
+  reads exactly as the string, so every later step (session options, masking) has one form.
 
 :func:`mask_password` renders any of them with the password hidden, for banners and errors.
 """
@@ -19,8 +23,11 @@ same spellings of a primary and its standbys:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from .errors import InvalidInput
 
@@ -29,6 +36,10 @@ SCHEME_RE = re.compile(r"^(?:(?:delayq\+)?(?:postgres|postgresql)(?:\+psycopg2?)
 #: Separates the URLs of kombu's failover list.
 FAILOVER_SEPARATOR = ";"
 PASSWORD_MASK = "***"
+#: A keyword/value connection string starts with a keyword and ``=`` (libpq's grammar).
+CONNINFO_RE = re.compile(r"^\s*[A-Za-z_]+\s*=")
+#: The value of ``password`` in a keyword/value string: quoted (``\'`` escapes) or a word.
+_CONNINFO_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
 def normalize_url(url: str) -> str:
@@ -37,10 +48,31 @@ def normalize_url(url: str) -> str:
     if not isinstance(url, str) or not url.strip():
         raise InvalidInput(f"invalid database URL {url!r}: expected "
                            "postgresql://user@host:port/dbname (or delayq+postgresql://...)")
+    if CONNINFO_RE.match(url):
+        return conninfo_url(url)
     parts = [p.strip() for p in url.split(FAILOVER_SEPARATOR) if p.strip()]
     if len(parts) > 1:
         return merge_failover(parts)
     return _one(parts[0] if parts else url)
+
+
+def conninfo_url(conninfo: str) -> str:
+    """The libpq URL of a keyword/value string: each keyword a query parameter, so nothing is
+    reinterpreted (a socket directory, several hosts, ``options`` with spaces); libpq's own
+    parser checks it first, so a malformed string is refused with libpq's reason."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInput(f"invalid connection string {mask_password(conninfo)!r}: "
+                           f"{str(exc).strip()}") from None
+    return params_url(params)
+
+
+def params_url(params: Mapping[str, object]) -> str:
+    """``postgresql://?key=value&...`` for libpq keywords (None values left out)."""
+    query = "&".join(f"{quote(str(k), safe='')}={quote(str(v), safe='')}"
+                     for k, v in params.items() if v is not None)
+    return f"postgresql://?{query}" if query else "postgresql://"
 
 
 def _one(url: str) -> str:
@@ -103,7 +135,10 @@ def with_param(url: str, key: str, value: str) -> str:
 
 def mask_password(url: str, mask: str = PASSWORD_MASK) -> str:
     """``url`` with every password hidden: each URL of a failover list, the user-info part
-    (a multi-host netloc included) and a ``password=`` query parameter."""
+    (a multi-host netloc included), a ``password=`` query parameter, and the ``password`` of a
+    keyword/value string."""
+    if CONNINFO_RE.match(url):
+        return _CONNINFO_PASSWORD.sub(lambda m: m.group(1) + mask, url)
     if FAILOVER_SEPARATOR in url:
         return FAILOVER_SEPARATOR.join(mask_password(p, mask)
                                        for p in url.split(FAILOVER_SEPARATOR))

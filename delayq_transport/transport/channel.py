@@ -19,8 +19,10 @@ from queue import Empty
 from typing import TYPE_CHECKING, Any
 
 from kombu.transport import virtual
+from kombu.transport.virtual.base import queue_declare_ok_t
 
 from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
+from ..core.joined import current
 from ..core.types import Envelope
 from . import message as msg
 from .options import (
@@ -195,6 +197,19 @@ class DelayqChannel(virtual.Channel):
     def _new_queue(self, queue: str, auto_delete: bool = False, **kwargs: Any) -> None:
         if auto_delete:
             self._auto_delete.add(queue)
+
+    def queue_declare(self, queue: str | None = None, passive: bool = False,
+                      **kwargs: Any) -> Any:
+        """Inside the caller's transaction (core/joined.py), where Celery declares a task's
+        queue on its first publish per connection, the queue is made and bound (the binding
+        is written after the transaction: core/bindings.py) but its messages are not counted:
+        the count would take a connection of delayq's own, or read up to 100,000 index
+        entries inside the caller's transaction, for a number a publish does not read. Its
+        declare-ok then says 0 messages; a passive declare (made to ask) counts as ever."""
+        if passive or queue is None or current() is None:
+            return super().queue_declare(queue, passive, **kwargs)
+        self._new_queue(queue, **kwargs)
+        return queue_declare_ok_t(queue, 0, 0)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         if queue in self.state.queue_index or self._size(queue):

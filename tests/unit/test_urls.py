@@ -78,3 +78,29 @@ def test_kombu_failover_connects_each_alternate_as_a_primary() -> None:
     assert conn.clone().transport._url == conn.transport._url
     assert conn.as_uri() == \
         "delayq+postgresql://u:**@h1:5451/db;delayq+postgresql://u:**@h2:5452/db"
+
+
+@pytest.mark.parametrize("conninfo", [
+    "dbname=app user=u host=db port=5433",
+    "host=/var/run/postgresql dbname=app",
+    "dbname = 'my app' options='-c jit=off' password='a \\' b'",
+    "host=h1,h2 port=5432,5433 dbname=app target_session_attrs=read-write",
+])
+def test_a_keyword_value_string_becomes_a_url_libpq_reads_the_same(conninfo: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    url = normalize_url(conninfo)
+    assert url.startswith("postgresql://?")
+    assert conninfo_to_dict(url) == conninfo_to_dict(conninfo)
+
+
+def test_a_malformed_keyword_value_string_is_refused_without_its_password() -> None:
+    with pytest.raises(InvalidInput, match="invalid connection string") as refused:
+        normalize_url("dbname=app password=s3cret host")
+    assert "s3cret" not in str(refused.value)
+
+
+def test_passwords_of_keyword_value_strings_are_masked() -> None:
+    assert mask_password("dbname=a password=s3cret user=u") == "dbname=a password=*** user=u"
+    assert mask_password("password = 'a \\' b' dbname=a") == "password = *** dbname=a"
+    assert "s3cret" not in mask_password(normalize_url("dbname=a password=s3cret"))

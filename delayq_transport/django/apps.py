@@ -1,0 +1,54 @@
+"""The Django app (``INSTALLED_APPS += ["delayq_transport.django"]``): with
+``DELAYQ_JOIN_ATOMIC = True``, a task published inside ``transaction.atomic()`` on the broker's
+database is written in that transaction.
+
+Settings (read once, when Django loads its apps):
+
+* ``DELAYQ_JOIN_ATOMIC`` (default False): opt in. Then every publish made while the
+  ``DELAYQ_DATABASE`` connection of the publishing thread is inside an ``atomic()`` block joins
+  that block's transaction (a rolled-back inner block drops the tasks published in it), and
+  every publish outside one goes through delayq's own connection as before. A publish that
+  joins is refused (never sent separately) when that database is not the broker's.
+* ``DELAYQ_DATABASE`` (default ``"default"``): the alias whose ``atomic()`` blocks are joined.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+from ..core.joined import Joined, set_implicit
+
+
+class DelayqConfig(AppConfig):
+    name = "delayq_transport.django"
+    label = "delayq"
+    verbose_name = "delayq"
+
+    def ready(self) -> None:
+        if not getattr(settings, "DELAYQ_JOIN_ATOMIC", False):
+            set_implicit(None)
+            return
+        alias = getattr(settings, "DELAYQ_DATABASE", "default")
+        if alias not in settings.DATABASES:
+            raise ImproperlyConfigured(f"DELAYQ_DATABASE = {alias!r} is not in DATABASES")
+        engine = settings.DATABASES[alias].get("ENGINE", "")
+        if "postgresql" not in engine and "postgis" not in engine:
+            raise ImproperlyConfigured(f"DELAYQ_JOIN_ATOMIC needs a PostgreSQL database; "
+                                       f"DATABASES[{alias!r}] uses {engine!r}")
+        set_implicit(atomic_transaction(alias))
+
+
+def atomic_transaction(alias: str) -> Any:
+    """What :func:`~delayq_transport.core.joined.current` asks outside a ``transaction()``
+    block: the alias's connection of this thread while it is inside ``atomic()``."""
+
+    def joined() -> Joined | None:
+        connection = connections[alias]
+        return Joined(connection) if connection.in_atomic_block else None
+
+    return joined

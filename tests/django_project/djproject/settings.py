@@ -1,0 +1,64 @@
+"""Settings of the test suite's Django project, from the environment:
+
+* ``DJANGO_DATABASE_URL``: the application's database, a libpq URL or keyword/value string
+  (delayq's table lives there too: the broker URL is built from ``DATABASES``);
+* ``DJANGO_DB_DRIVER``: ``psycopg`` (default) or ``psycopg2``: which driver Django's
+  PostgreSQL backend runs on (it takes psycopg 3 whenever it can import it, and delayq needs
+  psycopg 3, so psycopg2 is chosen by hiding psycopg 3 while the backend loads);
+* ``DJANGO_DELAYQ_JOIN_ATOMIC``: ``1`` (default) or ``0``: ``DELAYQ_JOIN_ATOMIC``;
+* ``DJANGO_CONN_MAX_AGE``: seconds (default 0, Django's: a connection per request);
+* ``DELAYQ_TRANSPORT_OPTIONS``: JSON, Celery's ``broker_transport_options``;
+* ``DJANGO_BROKER_URL``: another broker (Redis, RabbitMQ) instead of delayq in ``DATABASES``;
+  ``DJANGO_TASK_QUEUE``: the default queue (``celery``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from psycopg.conninfo import conninfo_to_dict
+
+from delayq_transport.django import broker_url
+
+if os.environ.get("DJANGO_DB_DRIVER") == "psycopg2":
+    _psycopg = sys.modules.pop("psycopg", None)
+    sys.modules["psycopg"] = None  # type: ignore[assignment]  # import psycopg -> ImportError
+    try:
+        import django.db.backends.postgresql.base  # noqa: F401  (now on psycopg2)
+    finally:
+        sys.modules["psycopg"] = _psycopg  # type: ignore[assignment]
+
+_db = conninfo_to_dict(os.environ.get("DJANGO_DATABASE_URL",
+                                      "postgresql://postgres@127.0.0.1:5432/delayq_django"))
+
+SECRET_KEY = "test-only-not-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
+USE_TZ = True
+ROOT_URLCONF = "djproject.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = ["shop", "delayq_transport.django"]
+MIDDLEWARE: list[str] = []
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": _db.get("dbname", "postgres"),
+        "USER": _db.get("user", ""),
+        "PASSWORD": _db.get("password", ""),
+        "HOST": _db.get("host", ""),
+        "PORT": _db.get("port", ""),
+        "CONN_MAX_AGE": int(os.environ.get("DJANGO_CONN_MAX_AGE", "0")),
+    },
+}
+
+# delayq: tasks published inside transaction.atomic() on "default" join its transaction.
+DELAYQ_JOIN_ATOMIC = os.environ.get("DJANGO_DELAYQ_JOIN_ATOMIC", "1") == "1"
+DELAYQ_DATABASE = "default"
+
+CELERY_BROKER_URL = os.environ.get("DJANGO_BROKER_URL") or broker_url(DATABASES["default"])
+CELERY_BROKER_TRANSPORT_OPTIONS = json.loads(os.environ.get("DELAYQ_TRANSPORT_OPTIONS", "{}"))
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("DJANGO_TASK_QUEUE", "celery")
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class Order(models.Model):
+    item = models.CharField(max_length=100)
+    created = models.DateTimeField(auto_now_add=True)
+
+
+class Receipt(models.Model):
+    """What ``send_receipt`` found when it ran: one row per run."""
+
+    order_id = models.BigIntegerField()
+    found = models.BooleanField()
+    task_id = models.CharField(max_length=64)
+    ran = models.DateTimeField(auto_now_add=True)
