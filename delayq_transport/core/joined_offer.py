@@ -12,15 +12,27 @@ commit decides when the row is on disk.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import DatabaseError
 from .offer_rows import MAX_CAS_ATTEMPTS, batch_params, chunk_outcomes, replacement
 from .types import OfferOutcome
 
 if TYPE_CHECKING:
+    from .db import Database
     from .joined import Joined
-    from .offer import Offering
+    from .queries import Queries
+
+
+class Offering(Protocol):
+    """What a joined offer needs of its queue (core/offer.py's ``Offering`` is one), as a
+    Protocol so this module does not import the one that calls it."""
+
+    db: Database
+    queries: Queries
+
+    def lower_watermark(self, kind: str, at_ms: int) -> None:
+        """A row of ``kind`` due at ``at_ms`` was written by this process."""
 
 
 def offer(queue: Offering, joined: Joined, params: dict[str, Any], can_update: bool,

@@ -78,7 +78,8 @@ LAYERS: dict[str, int] = {
     "formats": 2,       # how Celery and Dramatiq messages sit in rows (kombu's JSON at most)
     "scheduling": 3,    # the scheduling engine under Celery beat and Dramatiq's periodic actors
     "tasks": 4,         # the operator service under both operator front ends (CLI, web page)
-    **dict.fromkeys(("transport", "dramatiq", "delayq_beat", "spark", "web", "metrics"), 5),
+    **dict.fromkeys(("transport", "dramatiq", "delayq_beat", "spark", "web", "metrics",
+                    "django"), 5),
     "cli": 6,           # the composition root: it loads the adapters' commands
 }
 #: The adapters: none imports another (same layer).
@@ -324,8 +325,9 @@ PUBLIC = [
                           "DailySchedule", "Database", "Envelope", "Offer", "OfferOutcome",
                           "StoredMessage", "KindStatus", "RetryPolicy", "config_hash", "migrate",
                           "DelayqError", "InvalidInput", "DatabaseUnavailable", "DatabaseError",
-                          "SchemaMissing"]),
+                          "SchemaMissing", "transaction", "TransactionRefused"]),
     ("delayq_transport.transport", ["Transport"]),
+    ("delayq_transport.django", ["broker_url", "database_url"]),
     ("delayq_transport.transport.message", ["kind_for", "queue_of_kind"]),
     ("delayq_transport.cli", ["main"]),
     ("delayq_beat", ["Scheduler", "BeatStore", "drop_misfired"]),
