@@ -19,6 +19,8 @@ TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
 MIGRATIONS_TABLE = "delayq_migrations"
 #: Blocks rendered per role by :func:`grant_statements`, not per table at start-up.
 GRANT_PREFIX = "grant_"
+#: Blocks on django-celery-beat's tables, rendered for their schema by core/djbeat.py.
+DJBEAT_PREFIX = "djbeat_"
 _BLOCK_RE = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 #: psycopg 3's binary placeholder, which psycopg2 and client-side binding do not know.
 _BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)b")
@@ -87,7 +89,7 @@ class Queries:
         self._text = {
             name: sql.SQL(text).format(**idents).as_string(None)
             for name, text in raw_queries().items()
-            if not name.startswith(GRANT_PREFIX)
+            if not name.startswith((GRANT_PREFIX, DJBEAT_PREFIX))
         }
         self._direct: dict[str, DirectStatement] = {}
         self._portable: dict[tuple[str, ...], str] = {}
