@@ -8,11 +8,14 @@ bench/_variants.py). CPU per task of the producers, the worker's main process, i
 children and PostgreSQL is given beside them, labelled with the load average: on a busy
 machine it is indicative only.
 
-Each variant runs the throughput phase of ``bench_celery.py`` twice on fresh databases, with
-``--small`` and ``--tasks`` tasks: producers publish while a ``celery worker`` (the benchmark's
-settings) consumes, until every task ran and every row was acked; producers and worker are then
-stopped, so every backend flushes its statistics on exit. The difference of the two runs divided
-by the difference of their sizes is the cost per task, without start-up, warm-up and tail.
+Each variant runs twice on fresh databases, with ``--small`` and ``--tasks`` tasks: the
+benchmark's producer processes publish them with nothing consuming (the ``publish`` step),
+then a ``celery worker`` with the benchmark's settings runs them until every row was acked (the
+``drain`` step); with ``--e2e`` instead both at once, as in ``bench_celery.py``'s throughput
+phase, where how many rows a poll finds depends on the machine's timing. The processes of each
+step are stopped before its counters are read, so every backend flushes its statistics on exit.
+The difference of the two runs divided by the difference of their sizes is the cost per task,
+without start-up, warm-up and tail.
 
 Needs a cluster of its own with ``pg_stat_statements`` preloaded (``--admin-url``): the WAL and
 background counters are cluster-wide (``pg_stat_wal``), and they are reset per run.
@@ -29,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import psutil
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common, the harness
@@ -56,9 +58,9 @@ FROM pg_stat_user_tables WHERE relname = 'delayed_queue'"""
 
 _COUNT = "SELECT count(*) FROM delayed_queue"
 #: How each of delayq's statements is recognised in pg_stat_statements (first match wins).
-_MARKS = (("announce", "synchronous_commit"),
-          ("offer_insert", 'DO NOTHING RETURNING "scheduledAt"'),
-          ("offer_batch_insert", "unnest($1::text[]"),
+_MARKS = (("announce", ", p) FROM unnest("),
+          ("offer_batch_insert", "AS s(key, kind, payload, at)"),
+          ("offer_insert", "VALUES ($1"),
           ("try_poll_many", "FOR UPDATE SKIP LOCKED"),
           ("ack_many", "array_position"),
           ("extend_lease", 'SET "scheduledAt" = COALESCE'),
@@ -88,7 +90,8 @@ def _read(admin_url: str, db_url: str) -> dict[str, Any]:
         acc = by.setdefault(key, [0, 0, 0.0, 0, 0, 0])
         for i, v in enumerate((calls, rows, ms, wal_rec, wal_b, fpi)):
             acc[i] += v
-    assert database is not None and wal is not None and table is not None
+    assert database is not None and wal is not None
+    table = table or (0,) * 7  # before the first process made the table
     return {"statements": by, "database": list(database), "wal": list(wal),
             "table": list(table)}
 
@@ -111,34 +114,77 @@ def _wait_empty(db_url: str, timeout: float = 60.0) -> None:
     raise TimeoutError("rows left unacked")
 
 
-def one_run(name: str, cfg: cel.Settings, n: int) -> dict[str, Any]:
+def _snapshot(cfg: cel.Settings, db_url: str, cpu: dict[str, Any]) -> dict[str, Any]:
+    time.sleep(1.5)  # the backends of the stopped processes exit and flush their counters
+    got = _read(cfg.admin_url, db_url)
+    got.update(cpu_us=cpu, load=os.getloadavg()[0])
+    return got
+
+
+def _minus(b: dict[str, Any], a: dict[str, Any]) -> dict[str, Any]:
+    """Counters of snapshot ``b`` less those of the earlier snapshot ``a``."""
+    zero = [0] * 6
+    return {"statements": {k: [y - x for x, y in zip(a["statements"].get(k, zero), v,
+                                                     strict=True)]
+                           for k, v in b["statements"].items()},
+            **{k: [y - x for x, y in zip(a[k], b[k], strict=True)]
+               for k in ("database", "wal")},
+            "table": [y - x for x, y in zip(a["table"][:6], b["table"][:6], strict=True)]
+            + b["table"][6:],
+            "cpu_us": b["cpu_us"], "load": b["load"]}
+
+
+def _publish(run: Any, cfg: cel.Settings, producers: cel.Producers, key: str, n: int) -> None:
+    jobs = cel.noop_jobs(key, n)
+    if cfg.producer_threads > 1:
+        done = producers.submit(cel.publish_threaded,
+                                [(cfg.producer_threads, job) for job in jobs])
+    else:
+        done = producers.submit(cel.publish, jobs)
+    deadline = time.monotonic() + 300
+    while len(done) < len(jobs) and time.monotonic() < deadline:
+        if producers.errors:
+            raise producers.errors[0]
+        time.sleep(0.05)
+
+
+def _drained(cfg: cel.Settings, key: str, n: int, db_url: str) -> None:
+    client, t0 = cel.counter_client(cfg), time.monotonic()
+    while cel.count_of(client, key) < n and time.monotonic() - t0 < 300:
+        time.sleep(0.05)
+    _wait_empty(db_url)
+
+
+def one_run(name: str, cfg: cel.Settings, n: int, e2e: bool) -> dict[str, dict[str, Any]]:
+    """Counters of one run: ``e2e`` (producers and worker together) or ``publish`` (the
+    producers alone, nothing consuming) then ``drain`` (the worker alone on what they left)."""
     key = cel.counter_key(cfg, cel.safe_name(name), "acct", uuid.uuid4().hex[:8])
     with cel.broker_state(name, "account", cfg) as run:
         assert run.db_url is not None
         _reset(cfg.admin_url)
-        with cel.running_worker(run.env, f"acct-{name}", cfg) as worker, \
-                cel.Producers(run.env, cfg.producers) as producers:
-            meter = CpuMeter(run, cfg.admin_url, producers.pids(), worker.proc.pid)
+        zero = _snapshot(cfg, run.db_url, {})
+        if e2e:
+            with cel.running_worker(run.env, f"acct-{name}", cfg) as worker, \
+                    cel.Producers(run.env, cfg.producers) as producers:
+                meter = CpuMeter(run, cfg.admin_url, producers.pids(), worker.proc.pid)
+                meter.start()
+                _publish(run, cfg, producers, key, n)
+                _drained(cfg, key, n, run.db_url)
+                cpu = meter.per_task(1)  # µs in total; divided by the difference later
+            return {"e2e": _minus(_snapshot(cfg, run.db_url, cpu), zero)}
+        with cel.Producers(run.env, cfg.producers) as producers:
+            meter = CpuMeter(run, cfg.admin_url, producers.pids(), -1)
             meter.start()
-            load0 = os.getloadavg()[0]
-            jobs = cel.noop_jobs(key, n)
-            if cfg.producer_threads > 1:
-                producers.submit(cel.publish_threaded,
-                                 [(cfg.producer_threads, job) for job in jobs])
-            else:
-                producers.submit(cel.publish, jobs)
-            client, t0 = cel.counter_client(cfg), time.monotonic()
-            while cel.count_of(client, key) < n and time.monotonic() - t0 < 300:
-                if producers.errors:
-                    raise producers.errors[0]
-                time.sleep(0.05)
-            seconds = time.monotonic() - t0
-            _wait_empty(run.db_url)
-            cpu = meter.per_task(1)  # µs in total; divided by the difference later
-        time.sleep(1.5)  # the backends of the stopped processes exit and flush their counters
-        got = _read(cfg.admin_url, run.db_url)
-    got.update(cpu_us=cpu, seconds=seconds, load=load0, pid_count=len(psutil.pids()))
-    return got
+            _publish(run, cfg, producers, key, n)
+            cpu = meter.per_task(1)
+        published = _snapshot(cfg, run.db_url, cpu)
+        with cel.running_worker(run.env, f"acct-{name}", cfg) as worker:
+            meter = CpuMeter(run, cfg.admin_url, [], worker.proc.pid)
+            meter.start()
+            _drained(cfg, key, n, run.db_url)
+            cpu = meter.per_task(1)
+        drained = _snapshot(cfg, run.db_url, cpu)
+    return {"publish": _minus(published, zero), "drain": _minus(drained, published)}
 
 
 def _diff(small: dict[str, Any], big: dict[str, Any], dn: int) -> dict[str, Any]:
@@ -178,10 +224,11 @@ def _diff(small: dict[str, Any], big: dict[str, Any], dn: int) -> dict[str, Any]
     return per
 
 
-def account(name: str, cfg: cel.Settings, small: int, big: int) -> dict[str, Any]:
-    a = one_run(name, cfg, small)
-    b = one_run(name, cfg, big)
-    return _diff(a, b, big - small)
+def account(name: str, cfg: cel.Settings, small: int, big: int, e2e: bool
+            ) -> dict[str, Any]:
+    a = one_run(name, cfg, small, e2e)
+    b = one_run(name, cfg, big, e2e)
+    return {step: _diff(a[step], b[step], big - small) for step in a}
 
 
 ROWS = (("round trips (top-level statements)", "round_trips", ".2f"),
@@ -235,9 +282,14 @@ def tables(results: dict[str, dict[str, Any]]) -> str:
 @click.option("--producer-threads", default=1, show_default=True)
 @click.option("--redis-db", default=11, show_default=True)
 @click.option("--counter-db", default=12, show_default=True)
+@click.option("--e2e", is_flag=True,
+              help="Producers and worker together (the benchmark's throughput phase): what a "
+                   "poll and an ack cost then depends on the machine's timing. Default: the "
+                   "producers alone, then the worker alone on what they queued.")
 @click.option("--output", default="", help="Write the JSON results here.")
 def main(variants: str, tasks: int, small: int, admin_url: str, producers: int,
-         producer_threads: int, redis_db: int, counter_db: int, output: str) -> None:
+         producer_threads: int, redis_db: int, counter_db: int, e2e: bool,
+         output: str) -> None:
     """Statements, transactions, rows, index entries and WAL per Celery task, per variant."""
     cfg = cel.Settings.build(False, producers=producers, admin_url=admin_url,
                             redis_db=redis_db, counter_db=counter_db,
@@ -245,7 +297,8 @@ def main(variants: str, tasks: int, small: int, admin_url: str, producers: int,
     results: dict[str, Any] = {}
     try:
         for name in variants.split(","):
-            results[name] = account(name, cfg, small, tasks)
+            for step, got in account(name, cfg, small, tasks, e2e).items():
+                results[f"{name}, {step}"] = got
     finally:
         cel.kill_all()
         cel.cleanup_counters(cfg)

@@ -13,9 +13,9 @@ opens the next one and carries the wake-up in its own statement (``offer_insert`
 this process committed since the last wake-up, delivered by its own commit, so it costs
 neither a round trip nor a transaction of its own, and only that commit takes the notify lock.
 The publishes within the window hand ``(kind, scheduledAt)`` to the announcer after their
-commits; the first publish after the window's end carries them, and when no publish comes,
-the announcer's thread sends them at the window's end (statement ``announce``) on an idle
-pooled connection. Either way one notification per kind, carrying the earliest
+commits; the first publish after the window's end carries them, and when none comes within
+a window of the first of them, the announcer's thread sends them (statement ``announce``) on an
+idle pooled connection. Either way one notification per kind, carrying the earliest
 ``scheduledAt``: the low watermark of every consumer (core/watermark.py) still drops below
 every new row. A publish that commits no row (its key exists, an error) gives back what it was
 to carry. Never a connection of its own: a publishing process holds what it held
@@ -80,6 +80,8 @@ class Announcer:
         #: kind -> earliest scheduledAt announced and not sent yet.
         self._pending: dict[str, int] = {}
         self._last_sent = -float("inf")
+        #: When the oldest wake-up pending now was noted: the thread sends it a window later.
+        self._pending_since = 0.0
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -116,6 +118,8 @@ class Announcer:
         it for every publish of a window cost a thread switch per publish."""
         pending = self._pending
         was_empty = not pending
+        if was_empty:
+            self._pending_since = time.monotonic()
         for kind, at in rows:
             known = pending.get(kind)
             if known is None or at < known:
@@ -161,8 +165,12 @@ class Announcer:
                         "on their next fallback poll): %s", len(payloads), exc)
 
     def _run(self) -> None:
-        """The window's end with nobody publishing: send what gathered, on an idle pooled
-        connection (waiting up to :data:`IDLE_WAIT_S` for one, so as not to open another)."""
+        """Nobody published for a window after a wake-up was left pending: send what gathered,
+        on an idle pooled connection (waiting up to :data:`IDLE_WAIT_S` for one, so as not to
+        open another). Not at the window's end: publishes that keep coming carry them (the
+        first one after the window's end), which a thread sending at the window's end
+        pre-empted nearly every time at a few hundred publishes per second, a transaction
+        each. A row's wake-up waits at most a window either way."""
         cond = self._cond
         while True:
             with cond:
@@ -170,7 +178,8 @@ class Announcer:
                     cond.wait()
                 if not self._pending:
                     return  # closed, nothing left
-                wait = self._last_sent + self.window_s - time.monotonic()
+                wait = (max(self._last_sent, self._pending_since) + self.window_s
+                        - time.monotonic())
                 if wait > 0 and not self._closed:
                     cond.wait(wait)  # a publish may send it meanwhile
                     continue
