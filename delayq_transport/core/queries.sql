@@ -14,34 +14,28 @@ SELECT {now} AS now
 -- offer_insert --
 -- Phase 1 of offer(): optimistic insert; 0 rows means the key exists. The stored scheduledAt
 -- comes back so this process's low watermark can drop below it at once. The statement marks
--- itself with its statement_timestamp, so the insert trigger's WHEN skips it (migration 5):
--- the wake-up is sent after the commit, coalesced with this process' other publishes
--- (core/announce.py). A NOTIFY inside the publishing transaction would take PostgreSQL's
--- cluster-wide notify lock from its commit until its commit record is written, so notifying
--- commits queue behind one another and cannot share a WAL flush (issue 27: 4 publishers,
--- 7,520-7,870 inserts/s without it, 3,750-4,370 with it).
+-- itself with its statement_timestamp, so the insert trigger's WHEN skips it (migration 5): the
+-- wake-up is this process' to send, at most one per short window (core/announce.py). The
+-- publish that opens a window (`announce`) carries it in this statement: a NOTIFY of its row,
+-- and of the rows (`pending`, "kind:ms") this process committed since the last one, delivered
+-- at this commit, so a wake-up costs neither a round trip nor a transaction of its own. Only
+-- that publish's commit takes PostgreSQL's notify lock (held from commit until the commit record
+-- is written, so notifying commits queue behind one another and cannot share a WAL flush: issue
+-- 27, 4 publishers, 7,520-7,870 inserts/s with no NOTIFY, 3,750-4,370 with one per commit).
 WITH ins AS (
     INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
                          "createdAt")
     VALUES (%(key)s, %(kind)s, %(payload)b, COALESCE(%(scheduled_at)s::bigint, {now}),
             COALESCE(%(scheduled_at)s::bigint, {now}), {now})
     ON CONFLICT ("pKey", "pKind") DO NOTHING
-    RETURNING "scheduledAt"
+    RETURNING "pKind", "scheduledAt"
 )
-SELECT "scheduledAt", set_config('delayq.notified_at', statement_timestamp()::text, true)
+SELECT ins."scheduledAt", set_config('delayq.notified_at', statement_timestamp()::text, true),
+       CASE WHEN %(announce)s::boolean THEN (
+           SELECT count(pg_notify({channel_literal}, p))
+           FROM unnest(array_append(%(pending)s::text[],
+                                    ins."pKind" || ':' || ins."scheduledAt")) AS p) END
 FROM ins
-
--- offer_notify --
--- core/joined.py: the wake-up of rows published in the caller's own transaction, sent inside
--- it, in the same round trip as the insert that follows it (offer_insert or
--- offer_batch_insert, which still mark themselves so the insert trigger stays quiet). So it
--- is delivered at that transaction's commit, when the rows become visible, and dropped with
--- it or with its savepoint. One notification per kind with its earliest scheduledAt, as
--- core/announce.py sends them; `now` inside the caller's transaction is its start, which is
--- also what the insert stores.
-SELECT pg_notify({channel_literal}, s.kind || ':' || min(COALESCE(s.at, {now})))
-FROM unnest(%(kinds)s::text[], %(ats)s::bigint[]) AS s(kind, at)
-GROUP BY s.kind
 
 -- offer_select_for_update --
 -- Phase 2 of offer(): lock the existing row so the compare-and-swap below cannot lose an update.
@@ -70,7 +64,8 @@ RETURNING "scheduledAt"
 -- itself); RETURNING names the keys that were created, every other key already existed (or
 -- repeats within the batch). Rows closer to now than `min_lead_ms` are not inserted
 -- (CronService: a late installer must not revive a fired tick). Skips the insert trigger as
--- offer_insert does: the caller announces the rows after the commit (core/announce.py).
+-- offer_insert does, and carries this process' wake-up the same way when `announce`: the
+-- earliest created row per kind and the rows `pending`, notified at this commit.
 WITH ins AS (
     INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
                          "createdAt")
@@ -81,10 +76,16 @@ WITH ins AS (
        OR COALESCE(s.at, {now}) > {now} + %(min_lead_ms)s::bigint
     ON CONFLICT ("pKey", "pKind") DO NOTHING
     RETURNING "pKey", "pKind", "scheduledAt"
+),
+note AS (
+    SELECT CASE WHEN %(announce)s::boolean THEN (
+        SELECT count(pg_notify({channel_literal}, w.p))
+        FROM (SELECT "pKind" || ':' || min("scheduledAt") AS p FROM ins GROUP BY "pKind"
+              UNION ALL SELECT unnest(%(pending)s::text[])) AS w) END AS n
 )
-SELECT "pKey", "pKind", "scheduledAt",
+SELECT ins."pKey", ins."pKind", ins."scheduledAt",
        set_config('delayq.notified_at', statement_timestamp()::text, true)
-FROM ins
+FROM ins CROSS JOIN note
 
 -- try_poll_many --
 -- Acquire up to `limit` due rows in one statement. Kinds are tried in the order given

@@ -389,7 +389,8 @@ def test_every_insert_path_notifies_once(database_url: str) -> None:
         def offer_then_raw_in_one_transaction() -> None:
             with conn.transaction():
                 conn.execute(q["offer_insert"], {"key": "t1", "kind": "test", "payload": b"",
-                                                 "scheduled_at": 21, "now": None})
+                                                 "scheduled_at": 21, "now": None,
+                                                 "announce": False, "pending": []})
                 raw_insert(conn, "delayed_queue", "t2", "test", 22)
         assert notes_after(offer_then_raw_in_one_transaction) == ["test:22"]
         assert notes_after(lambda: dq.offer("a", b"", None, can_update=False)) == [], \
@@ -431,7 +432,8 @@ def test_offer_statement_does_not_call_the_trigger(database_url: str) -> None:
 
         with conn.transaction():
             conn.execute(q["offer_insert"], {"key": "o", "kind": "test", "payload": b"",
-                                             "scheduled_at": 5, "now": None})
+                                             "scheduled_at": 5, "now": None,
+                                             "announce": False, "pending": []})
             assert calls() == 0
             raw_insert(conn, "delayed_queue", "r", "test", 6)
             assert calls() == 1
