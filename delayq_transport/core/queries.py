@@ -19,6 +19,8 @@ TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
 MIGRATIONS_TABLE = "delayq_migrations"
 #: Blocks rendered per role by :func:`grant_statements`, not per table at start-up.
 GRANT_PREFIX = "grant_"
+#: Blocks that also name the table's schema, rendered by :func:`schema_statements` when used.
+SCHEMA_PREFIX = "schema_"
 _BLOCK_RE = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 
 #: Expands ``{now}``: the injected clock if the queue has one, else the database clock.
@@ -47,6 +49,11 @@ def validate_table_name(name: str) -> str:
     return name
 
 
+def revoke_function_name(table: str) -> str:
+    """The table's SECURITY DEFINER revoke function (migration 12)."""
+    return f"{table}__revoke_waiting"
+
+
 def runs_table_name(table: str) -> str:
     """The run ledger of a queue table (core/runs.py)."""
     return f"{table}__runs"
@@ -72,6 +79,7 @@ class Queries:
             "insert_trigger": sql.Identifier(f"{table}__notify_insert"),
             "update_trigger": sql.Identifier(f"{table}__notify_update"),
             "search_fn": sql.Identifier(f"{table}__search_text"),
+            "revoke_fn": sql.Identifier(revoke_function_name(table)),
             "search_index": sql.Identifier(f"{table}__search_trgm"),
             "search_index_literal": sql.Literal(sql.Identifier(f"{table}__search_trgm")
                                                 .as_string(None)),
@@ -85,7 +93,7 @@ class Queries:
         self._text = {
             name: sql.SQL(text).format(**idents).as_string(None)
             for name, text in raw_queries().items()
-            if not name.startswith(GRANT_PREFIX)
+            if not name.startswith((GRANT_PREFIX, SCHEMA_PREFIX))
         }
         self._direct: dict[str, DirectStatement] = {}
 
@@ -102,8 +110,15 @@ class Queries:
 
 def grant_statements(block: str, *, table: str, role: str, schema: str) -> list[str]:
     """The GRANT statements of one ``grant_*`` block for a role, identifiers quoted."""
+    return schema_statements(GRANT_PREFIX + block, table=table, schema=schema, role=role)
+
+
+def schema_statements(block: str, *, table: str, schema: str,
+                      role: str | None = None) -> list[str]:
+    """The statements of a block that names the table's schema (and a role), quoted."""
     validate_table_name(table)
-    for what, name in (("role", role), ("schema", schema)):
+    names = {"schema": schema} if role is None else {"role": role, "schema": schema}
+    for what, name in names.items():
         if not isinstance(name, str) or not name or len(name) > 63 or "\x00" in name:
             raise InvalidInput(f"invalid {what} name {name!r}: 1-63 characters, no NUL")
     idents = {
@@ -112,9 +127,10 @@ def grant_statements(block: str, *, table: str, role: str, schema: str) -> list[
         "runs": sql.Identifier(runs_table_name(table)),
         "sequence": sql.Identifier(f"{table}_id_seq"),
         "migrations": sql.Identifier(MIGRATIONS_TABLE),
+        "revoke_fn": sql.Identifier(revoke_function_name(table)),
         "schema": sql.Identifier(schema),
-        "role": sql.Identifier(role),
     }
-    text = sql.SQL(raw_queries()[GRANT_PREFIX + block]).format(**idents).as_string(None)
+    if role is not None:
+        idents["role"] = sql.Identifier(role)
+    text = sql.SQL(raw_queries()[block]).format(**idents).as_string(None)
     return [s.strip() + ";" for s in text.split(";\n") if s.strip()]
-

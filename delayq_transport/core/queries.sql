@@ -210,9 +210,10 @@ WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
 DELETE FROM {table} WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
 
 -- delete_waiting_by_keys --
--- Delete rows with these keys in any kind that no consumer holds (revoking scheduled tasks).
-DELETE FROM {table} WHERE "pKey" = ANY(%(keys)s::text[]) AND "lockUuid" IS NULL
-RETURNING "pKey", "pKind"
+-- Revoke scheduled tasks: delete the rows with these keys, in any kind, that no consumer holds,
+-- through the table's revoke function (migration 12), so a role with no DELETE on the table
+-- (a producer) may revoke what it names and nothing more.
+SELECT "pKey", "pKind" FROM {revoke_fn}(%(keys)s::text[])
 
 -- purge --
 -- Drop every waiting row (due or scheduled) of these kinds; rows in flight stay.
@@ -380,6 +381,20 @@ SELECT "version" FROM {migrations} WHERE "tableName" = %(table_name)s
 -- Remember that a version was applied.
 INSERT INTO {migrations} ("tableName", "version") VALUES (%(table_name)s, %(version)s)
 ON CONFLICT DO NOTHING
+
+-- table_schema --
+-- The schema holding the queue table, for objects whose body must name it (migration 12).
+SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.oid = {table_literal}::regclass
+
+-- table_insert_grantees --
+-- Roles (not PUBLIC, not the owner) that may INSERT into the queue table: they may publish, so
+-- migration 12 lets them revoke too (least privilege kept; see schema_revoke_function).
+SELECT DISTINCT r.rolname
+FROM pg_class AS c CROSS JOIN LATERAL aclexplode(c.relacl) AS a
+JOIN pg_roles AS r ON r.oid = a.grantee
+WHERE c.oid = {table_literal}::regclass AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
+ORDER BY 1
 
 -- table_persistence --
 -- 'p' (logged) or 'u' (unlogged) for the queue table: the opt-in unlogged mode (issue 11).
@@ -806,6 +821,31 @@ ON CONFLICT DO NOTHING
 -- Every step so far, oldest first (the view keeps each task's latest).
 SELECT task_id, state, at FROM delayq_demo_runs ORDER BY at
 
+-- Blocks named schema_* take {schema} (the queue table's schema) and, for grants, {role} as
+-- extra identifiers, like the grant_* blocks below; core/schema.py renders them at migration.
+
+-- schema_revoke_function --
+-- Migration 12: revoke a waiting task by its key. SECURITY DEFINER: it runs as the table's
+-- owner, so a producer, which has no DELETE on the table, may delete a row it names and
+-- nothing more: exact keys only (no pattern), only rows no consumer holds ("lockUuid" IS NULL,
+-- re-checked under the row lock if a worker leases it meanwhile), only in this table (its
+-- name and schema are fixed in the body, the search_path is pinned so no object of the
+-- caller's can stand in). PUBLIC may not execute it; the roles that may are granted below.
+CREATE OR REPLACE FUNCTION {schema}.{revoke_fn}(keys text[])
+RETURNS TABLE ("pKey" text, "pKind" text)
+LANGUAGE sql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DELETE FROM {schema}.{table} AS t
+WHERE t."pKey" = ANY(keys) AND t."lockUuid" IS NULL
+RETURNING t."pKey"::text, t."pKind"::text
+$fn$;
+REVOKE ALL ON FUNCTION {schema}.{revoke_fn}(text[]) FROM PUBLIC
+
+-- schema_revoke_grant --
+-- Migration 12: a role that may INSERT (publish) may revoke a waiting task by key.
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
+
 -- Least-privilege GRANTs printed by `delayq grants` (never run by delayq itself). Blocks named
 -- grant_* take {role} and {schema} as extra identifiers; see docs/how-to/roles.md.
 
@@ -824,7 +864,8 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table}, {schema}.{bindings} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
-GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role}
+GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- grant_beat --
 -- celery beat with the delayq scheduler (run it as the worker role): its two state tables.
@@ -833,14 +874,16 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_beat_entries", {schema}
 -- grant_producer --
 -- Applications that only publish (apply_async): INSERT rows, read the queue size kombu asks for
 -- on every queue declaration (SELECT), declare bindings (no DELETE), read the ledger. Without
--- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows. Spark jobs (often
--- run as a producer) record applied parts in the run ledger and prune it (DELETE there only).
+-- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows; revoking a waiting
+-- task it names goes through the revoke function (EXECUTE). Spark jobs (often run as a
+-- producer) record applied parts in the run ledger and prune it (DELETE there only).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT ON {schema}.{table} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.{bindings} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
-GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role}
+GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- grant_monitor --
 -- `delayq status` / `delayq metrics` for a dashboard or Prometheus: read-only (the beat tables too:
