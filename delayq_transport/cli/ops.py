@@ -14,8 +14,10 @@ from .main import Context, console, register
 @click.command("grants")
 @click.option("--role", required=True, help="The PostgreSQL role to grant to (quoted for you)")
 @click.option("--as", "profile", required=True, type=click.Choice(sorted(ROLE_PROFILES)),
-              help="admin: runs `delayq migrate` (DDL); worker: Celery workers and beat; "
-                   "producer: publishes only; monitor: status and metrics, read-only")
+              help="admin: runs `delayq migrate` (DDL), owns the tables; worker: Celery "
+                   "workers and beat; producer: publishes, and revokes a waiting task by id "
+                   "(through the revoke function: no DELETE or UPDATE on the queue table); "
+                   "monitor: status and metrics, read-only")
 @click.option("--schema", default="public", show_default=True,
               help="Schema holding the delayq tables")
 @click.pass_obj
