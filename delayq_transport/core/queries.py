@@ -23,6 +23,10 @@ GRANT_PREFIX = "grant_"
 SCHEMA_PREFIX = "schema_"
 _BLOCK_RE = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 
+#: The comment on every table ``delayq demo`` created (core/runlog.py): only a table carrying it
+#: is the demo's own.
+DEMO_MARK = "created by `delayq demo`; `delayq --table delayq_demo uninstall` lists what it made"
+
 #: Expands ``{now}``: the injected clock if the queue has one, else the database clock.
 NOW_SQL = "COALESCE(%(now)s::bigint, (extract(epoch FROM now()) * 1000)::bigint)"
 
@@ -54,6 +58,11 @@ def revoke_function_name(table: str) -> str:
     return f"{table}__revoke_waiting"
 
 
+def demo_log_name(table: str) -> str:
+    """The run log ``delayq demo`` keeps next to its queue table (core/runlog.py)."""
+    return f"{table}__log"
+
+
 def runs_table_name(table: str) -> str:
     """The run ledger of a queue table (core/runs.py)."""
     return f"{table}__runs"
@@ -80,6 +89,8 @@ class Queries:
             "update_trigger": sql.Identifier(f"{table}__notify_update"),
             "search_fn": sql.Identifier(f"{table}__search_text"),
             "revoke_fn": sql.Identifier(revoke_function_name(table)),
+            "demo_log": sql.Identifier(demo_log_name(table)),
+            "demo_mark": sql.Literal(DEMO_MARK),
             "search_index": sql.Identifier(f"{table}__search_trgm"),
             "search_index_literal": sql.Literal(sql.Identifier(f"{table}__search_trgm")
                                                 .as_string(None)),

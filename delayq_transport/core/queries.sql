@@ -805,21 +805,43 @@ SELECT (SELECT count(*) FROM claim) AS claimed, ARRAY(SELECT "pKey" FROM ins) AS
 -- Statements of the demo (`delayq demo`): its Celery app logs each run of its tasks so the
 -- live view can show scheduled -> running -> done. Not part of the queue.
 
--- runlog_reset --
--- Start the demo's run log afresh.
-DROP TABLE IF EXISTS delayq_demo_runs;
-CREATE TABLE delayq_demo_runs (
+-- demo_claim --
+-- `delayq demo` runs one at a time per database: a session advisory lock held while it runs.
+SELECT pg_try_advisory_lock(%(lock_key)s)
+
+-- demo_table_marks --
+-- Which of the demo's table names exist here, and whether each carries the demo's mark (a
+-- table of that name the demo did not create is refused, never reused).
+SELECT n.name, obj_description(to_regclass(quote_ident(n.name)), 'pg_class')
+               IS NOT DISTINCT FROM {demo_mark} AS ours
+FROM unnest(%(names)s::text[]) AS n(name)
+WHERE to_regclass(quote_ident(n.name)) IS NOT NULL
+
+-- demo_mark_tables --
+-- Mark the tables the demo created (its queue table, bindings, run ledger and run log).
+COMMENT ON TABLE {table} IS {demo_mark};
+COMMENT ON TABLE {bindings} IS {demo_mark};
+COMMENT ON TABLE {runs} IS {demo_mark};
+COMMENT ON TABLE {demo_log} IS {demo_mark}
+
+-- runlog_create --
+-- The demo's run log, next to its queue table.
+CREATE TABLE IF NOT EXISTS {demo_log} (
     task_id TEXT NOT NULL, attempt INT NOT NULL, state TEXT NOT NULL,
     at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (task_id, attempt, state))
 
+-- runlog_reset --
+-- Start the demo's run log afresh (its own table: checked to carry the demo's mark first).
+DELETE FROM {demo_log}
+
 -- runlog_record --
 -- One step of one run of a demo task (running, retrying, done).
-INSERT INTO delayq_demo_runs (task_id, attempt, state) VALUES (%(task_id)s, %(attempt)s, %(state)s)
+INSERT INTO {demo_log} (task_id, attempt, state) VALUES (%(task_id)s, %(attempt)s, %(state)s)
 ON CONFLICT DO NOTHING
 
 -- runlog_list --
 -- Every step so far, oldest first (the view keeps each task's latest).
-SELECT task_id, state, at FROM delayq_demo_runs ORDER BY at
+SELECT task_id, state, at FROM {demo_log} ORDER BY at
 
 -- Blocks named schema_* take {schema} (the queue table's schema) and, for grants, {role} as
 -- extra identifiers, like the grant_* blocks below; core/schema.py renders them at migration.
