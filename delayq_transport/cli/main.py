@@ -32,6 +32,7 @@ LAZY_COMMANDS: dict[str, tuple[str, ...]] = {
     "grants": ("delayq_transport.cli.ops",),
     "metrics": ("delayq_transport.cli.ops",),
     "tasks": ("delayq_transport.cli.tasks",),
+    "uninstall": ("delayq_transport.cli.ops",),
     "web": ("delayq_transport.web.cli",),
     "spark-report": ("delayq_transport.spark.cli",),
 }

@@ -94,6 +94,11 @@ class Queries:
             "search_index": sql.Identifier(f"{table}__search_trgm"),
             "search_index_literal": sql.Literal(sql.Identifier(f"{table}__search_trgm")
                                                 .as_string(None)),
+            # Quoted function names as strings, for to_regprocedure() in catalog queries.
+            **{f"{key}_literal": sql.Literal(sql.Identifier(name).as_string(None))
+               for key, name in (("notify_fn", f"{table}__notify"),
+                                 ("revoke_fn", revoke_function_name(table)),
+                                 ("search_fn", f"{table}__search_text"))},
             "channel": sql.Identifier(channel),
             "channel_literal": sql.Literal(channel),
             # The quoted name as a string, for to_regclass() in catalog queries.

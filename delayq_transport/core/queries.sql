@@ -843,6 +843,71 @@ ON CONFLICT DO NOTHING
 -- Every step so far, oldest first (the view keeps each task's latest).
 SELECT task_id, state, at FROM {demo_log} ORDER BY at
 
+-- Statements of `delayq uninstall` (core/uninstall.py): it lists, then drops, only what delayq
+-- created for one queue table, by exact name, and refuses while anything else is attached.
+
+-- uninstall_relations --
+-- Which of these names are relations here: name, kind, estimated rows, demo mark.
+SELECT n.name, c.relkind::text, greatest(c.reltuples, 0)::bigint AS rows_estimate,
+       obj_description(c.oid, 'pg_class') IS NOT DISTINCT FROM {demo_mark} AS demo_marked
+FROM unnest(%(names)s::text[]) WITH ORDINALITY AS n(name, ord)
+JOIN pg_class AS c ON c.oid = to_regclass(quote_ident(n.name))
+ORDER BY n.ord
+
+-- uninstall_queue_rows --
+-- The queue table's rows (every task uninstall would drop), counted up to a cap.
+SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT %(cap)s) AS s
+
+-- uninstall_attached --
+-- Indexes and (user) triggers on these tables, each with its table: what DROP TABLE removes too.
+SELECT 'index' AS kind, i.relname::text AS name, t.relname::text AS on_table
+FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid JOIN pg_class AS t ON t.oid = x.indrelid
+WHERE x.indrelid = ANY(ARRAY(SELECT to_regclass(quote_ident(n)) FROM unnest(%(tables)s::text[]) AS n))
+UNION ALL
+SELECT 'trigger', g.tgname::text, t.relname::text
+FROM pg_trigger AS g JOIN pg_class AS t ON t.oid = g.tgrelid
+WHERE NOT g.tgisinternal
+  AND g.tgrelid = ANY(ARRAY(SELECT to_regclass(quote_ident(n)) FROM unnest(%(tables)s::text[]) AS n))
+ORDER BY 3, 1, 2
+
+-- uninstall_functions --
+-- The table's functions that exist: the NOTIFY trigger's, the revoke function, the search one.
+SELECT f::regprocedure::text FROM unnest(ARRAY[
+    to_regprocedure({notify_fn_literal} || '()'),
+    to_regprocedure({revoke_fn_literal} || '(text[])'),
+    to_regprocedure({search_fn_literal} || '(bytea)')]) AS f
+WHERE f IS NOT NULL
+
+-- uninstall_other_tables --
+-- Queue tables other than this one that the ledger records: the shared tables stay for them.
+SELECT DISTINCT "tableName" FROM {migrations} WHERE "tableName" <> %(table_name)s ORDER BY 1
+
+-- uninstall_drop_tables --
+-- The queue table (its indexes, triggers and id sequence go with it), bindings and run ledger.
+-- No CASCADE: a view or foreign key of the user's on them makes this fail, and nothing drops.
+DROP TABLE IF EXISTS {table}, {bindings}, {runs}
+
+-- uninstall_drop_demo_log --
+-- The run log `delayq demo` created next to its table (dropped only when it carries the mark).
+DROP TABLE IF EXISTS {demo_log}
+
+-- uninstall_drop_functions --
+-- The table's functions, once nothing depends on them.
+DROP FUNCTION IF EXISTS {notify_fn}(), {revoke_fn}(text[]), {search_fn}(bytea)
+
+-- uninstall_forget_ledger --
+-- The table's rows in the migrations ledger.
+DELETE FROM {migrations} WHERE "tableName" = %(table_name)s
+
+-- uninstall_forget_beat --
+-- The table's beat entries and installed-entry ledger rows.
+WITH entries AS (DELETE FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s)
+DELETE FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s
+
+-- uninstall_drop_shared --
+-- The tables every queue table of the database shares, once no queue table is left.
+DROP TABLE IF EXISTS {migrations}, "delayq_beat_entries", "delayq_beat_installed"
+
 -- Blocks named schema_* take {schema} (the queue table's schema) and, for grants, {role} as
 -- extra identifiers, like the grant_* blocks below; core/schema.py renders them at migration.
 

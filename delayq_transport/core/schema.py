@@ -268,16 +268,20 @@ def _lock_key(table: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def _serialise(conn: psycopg.Connection[Any], q: Queries) -> None:
+def serialise_schema_work(conn: psycopg.Connection[Any], q: Queries, *,
+                          lock_timeout: str | None = None) -> None:
     """Take the migrations' advisory lock in this transaction, under limits fit for schema
-    work whatever the role's (``migrations_limits``: no statement_timeout, the role's
-    lock_timeout for the DDL only).
+    work whatever the role's (``migrations_limits``: no statement_timeout; for the DDL, the
+    role's lock_timeout unless ``lock_timeout`` is given).
 
     One lock for every table: they share the ledger, whose CREATE TABLE IF NOT EXISTS races
     (duplicate pg_type) when two tables migrate at once on a fresh database."""
     row = conn.execute(q["migrations_limits"]).fetchone()
     conn.execute(q["migrations_lock"], {"lock_key": _lock_key(MIGRATIONS_TABLE)})
-    conn.execute(q["migrations_lock_timeout"], {"lock_timeout": row[0] if row else "0"})
+    if lock_timeout is None:
+        lock_timeout = row[0] if row else "0"
+    conn.execute(q["migrations_lock_timeout"], {"lock_timeout": lock_timeout})
+
 
 
 def migrate(db: Database, table: str) -> list[int]:
@@ -286,7 +290,7 @@ def migrate(db: Database, table: str) -> list[int]:
 
     def work(conn: psycopg.Connection[Any]) -> list[int]:
         with conn.transaction():
-            _serialise(conn, q)
+            serialise_schema_work(conn, q)
             conn.execute(q["migrations_ensure"])
             done = {row[0] for row in conn.execute(q["migrations_applied"], {"table_name": table})}
             applied = []
@@ -370,7 +374,7 @@ def set_unlogged(db: Database, table: str, unlogged: bool) -> bool:
         if current(conn) == want:
             return False
         with conn.transaction():
-            _serialise(conn, q)
+            serialise_schema_work(conn, q)
             if current(conn) == want:
                 return False
             log.warning("delayq: making table %s %s", table,
