@@ -116,6 +116,14 @@ def ddl(table: Table) -> list[str]:
 #: before the migration (it only creates objects).
 LOCK_MODES = ("none", "ACCESS SHARE", "ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE",
               "SHARE", "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE")
+#: What a migration holding each lock keeps waiting until it commits (docs/how-to/upgrade.md).
+LOCK_BLOCKS = {
+    "none": "nothing",
+    "ROW EXCLUSIVE": "nothing delayq runs (only DDL that takes SHARE or stronger)",
+    "SHARE UPDATE EXCLUSIVE": "no reads or writes; VACUUM, ANALYZE and other schema changes wait",
+    "SHARE ROW EXCLUSIVE": "publishes, polls, acks and lease updates; reads go on",
+    "ACCESS EXCLUSIVE": "everything on the table, reads included",
+}
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,7 @@ class Migration:
     rewrites: bool = False
 
     def __post_init__(self) -> None:
-        if self.lock not in LOCK_MODES:
+        if self.lock not in LOCK_BLOCKS:
             raise ValueError(f"migration {self.version}: unknown lock {self.lock!r}")
 
 

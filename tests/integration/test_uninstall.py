@@ -6,6 +6,7 @@ view on them or a table the ledger does not know makes it refuse with nothing dr
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -139,3 +140,18 @@ def test_a_session_using_the_table_makes_it_wait_then_give_up(database_url: str)
             uninstall(db, "delayed_queue", lock_timeout="200ms")
         busy.rollback()
     assert ("rel:r", "delayed_queue") in _catalog(database_url)
+
+
+def test_the_uninstall_page_names_every_object_uninstall_drops(database_url: str) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "uninstall.md").read_text()
+    with DelayedQueue(database_url, kind="celery") as queue:
+        search.create_index(queue)
+    with Database(database_url, max_size=1) as db:
+        with DemoSite(db) as site:
+            site.prepare()
+        for table in ("delayed_queue", DEMO_TABLE):
+            plan = plan_uninstall(db, table)
+            names = {n for o in plan.drop for n in o.name.split(", ")}
+            missing = {n.replace(table, "<table>") for n in names} - {
+                n for n in {n.replace(table, "<table>") for n in names} if f"`{n}`" in page}
+            assert missing == set(), f"docs/how-to/uninstall.md does not name {missing}"
