@@ -134,7 +134,9 @@ def _start_web(queue: DelayedQueue, port: int) -> Any:
 @click.pass_obj
 def demo(obj: Context, keep_worker: bool, web: bool, web_port: int,
          linger: float | None) -> None:
-    """Run a Celery worker on delayq and watch countdown tasks go scheduled -> running -> done."""
+    """Run a Celery worker on delayq and watch countdown tasks go scheduled -> running -> done.
+    The demo works in tables of its own (delayq_demo and its companions) and touches nothing
+    else in the database; it refuses to run while another demo runs on the same database."""
     url = obj.database_url
     if not url:
         url, _server = embedded.start()
