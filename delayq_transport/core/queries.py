@@ -54,7 +54,7 @@ def validate_table_name(name: str) -> str:
 
 
 def revoke_function_name(table: str) -> str:
-    """The table's SECURITY DEFINER revoke function (migration 12)."""
+    """The table's SECURITY DEFINER revoke function (migration 13)."""
     return f"{table}__revoke_waiting"
 
 

@@ -211,7 +211,7 @@ DELETE FROM {table} WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
 
 -- delete_waiting_by_keys --
 -- Revoke scheduled tasks: delete the rows with these keys, in any kind, that no consumer holds,
--- through the table's revoke function (migration 12), so a role with no DELETE on the table
+-- through the table's revoke function (migration 13), so a role with no DELETE on the table
 -- (a producer) may revoke what it names and nothing more.
 SELECT "pKey", "pKind" FROM {revoke_fn}(%(keys)s::text[])
 
@@ -383,13 +383,13 @@ INSERT INTO {migrations} ("tableName", "version") VALUES (%(table_name)s, %(vers
 ON CONFLICT DO NOTHING
 
 -- table_schema --
--- The schema holding the queue table, for objects whose body must name it (migration 12).
+-- The schema holding the queue table, for objects whose body must name it (migration 13).
 SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE c.oid = {table_literal}::regclass
 
 -- table_insert_grantees --
 -- Roles (not PUBLIC, not the owner) that may INSERT into the queue table: they may publish, so
--- migration 12 lets them revoke too (least privilege kept; see schema_revoke_function).
+-- migration 13 lets them revoke too (least privilege kept; see schema_revoke_function).
 SELECT DISTINCT r.rolname
 FROM pg_class AS c CROSS JOIN LATERAL aclexplode(c.relacl) AS a
 JOIN pg_roles AS r ON r.oid = a.grantee
@@ -912,7 +912,7 @@ DROP TABLE IF EXISTS {migrations}, "delayq_beat_entries", "delayq_beat_installed
 -- extra identifiers, like the grant_* blocks below; core/schema.py renders them at migration.
 
 -- schema_revoke_function --
--- Migration 12: revoke a waiting task by its key. SECURITY DEFINER: it runs as the table's
+-- Migration 13: revoke a waiting task by its key. SECURITY DEFINER: it runs as the table's
 -- owner, so a producer, which has no DELETE on the table, may delete a row it names and
 -- nothing more: exact keys only (no pattern), only rows no consumer holds ("lockUuid" IS NULL,
 -- re-checked under the row lock if a worker leases it meanwhile), only in this table (its
@@ -930,7 +930,7 @@ $fn$;
 REVOKE ALL ON FUNCTION {schema}.{revoke_fn}(text[]) FROM PUBLIC
 
 -- schema_revoke_grant --
--- Migration 12: a role that may INSERT (publish) may revoke a waiting task by key.
+-- Migration 13: a role that may INSERT (publish) may revoke a waiting task by key.
 GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- Least-privilege GRANTs printed by `delayq grants` (never run by delayq itself). Blocks named

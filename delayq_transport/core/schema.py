@@ -141,6 +141,8 @@ class Migration:
     #: Whether it rewrites the queue table (a new copy of every row: time and disk grow with
     #: the table, under its lock).
     rewrites: bool = False
+    #: The table that ``lock`` is on, when it is not the queue table.
+    lock_on: str = "the queue table"
 
     def __post_init__(self) -> None:
         if self.lock not in LOCK_BLOCKS:
@@ -254,7 +256,8 @@ MIGRATIONS: list[Migration] = [
     Migration(11, "run ledger: applied parts of Spark runs and stream micro-batches",
               _create_runs_table, lock="none"),
     Migration(12, "scheduling ledger: when each entry was first installed (interval anchors, "
-              "one-offs)", _ledger_first_install, lock="ACCESS EXCLUSIVE"),
+              "one-offs)", _ledger_first_install, lock="ACCESS EXCLUSIVE",
+              lock_on=INSTALLED_TABLE),
     Migration(13, "revoke function: a role without DELETE revokes a waiting task by key",
               _create_revoke_function, lock="ROW EXCLUSIVE"),
 ]

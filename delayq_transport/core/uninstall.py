@@ -19,9 +19,15 @@ import psycopg
 
 from .db import Database
 from .errors import DelayqError, ServerTimeout
-from .periodic import ENTRIES_TABLE, INSTALLED_TABLE
 from .queries import MIGRATIONS_TABLE, Queries, demo_log_name, runs_table_name
-from .schema import bindings_table, queue_table, runs_table, serialise_schema_work
+from .schema import (
+    ENTRIES_TABLE,
+    INSTALLED_TABLE,
+    bindings_table,
+    queue_table,
+    runs_table,
+    serialise_schema_work,
+)
 
 SHARED_TABLES = (MIGRATIONS_TABLE, ENTRIES_TABLE, INSTALLED_TABLE)
 #: ``relkind`` of the relations uninstall drops: ordinary tables (and their id sequence).

@@ -104,7 +104,7 @@ def test_producer_publishes_but_cannot_take_or_delete(urls: dict[str, str],
 @pytest.mark.parametrize("profile", ["producer", "worker"])
 def test_revoke_deletes_only_the_waiting_rows_named(urls: dict[str, str], database_url: str,
                                                     profile: str) -> None:
-    """What ``app.control.revoke`` runs (the revoke function of migration 12): a role without
+    """What ``app.control.revoke`` runs (the revoke function of migration 13): a role without
     DELETE on the table removes the waiting rows it names, exactly, in this table only, and
     never a row a consumer holds, whatever objects of its own it puts on its search_path."""
     with DelayedQueue(database_url, kind="celery", acquire_timeout=60) as admin, \
@@ -140,15 +140,15 @@ def test_revoke_needs_its_grant(urls: dict[str, str], database_url: str) -> None
         assert admin.get("k") is not None
 
 
-def test_migration_12_lets_roles_that_publish_revoke(database_url: str) -> None:
+def test_migration_13_lets_roles_that_publish_revoke(database_url: str) -> None:
     """Upgrading: roles granted before the revoke function existed (INSERT on the table, as
     `delayq grants` printed then) may revoke once `delayq migrate` ran; a read-only role not."""
     with roles(database_url, "producer", "monitor") as urls:
-        with psycopg.connect(database_url, autocommit=True) as conn:  # back to version 11
+        with psycopg.connect(database_url, autocommit=True) as conn:  # back to version 12
             conn.execute("DROP FUNCTION delayed_queue__revoke_waiting(text[])")  # and its grants
-            conn.execute('DELETE FROM delayq_migrations WHERE "version" = 12')
+            conn.execute('DELETE FROM delayq_migrations WHERE "version" = 13')
         with Database(database_url) as db:
-            assert migrate(db, "delayed_queue") == [12]
+            assert migrate(db, "delayed_queue") == [13]
         with DelayedQueue(database_url, kind="celery") as admin:
             admin.offer("k", b"x", admin.now() + timedelta(hours=1))
         with DelayedQueue(urls["monitor"], kind="celery") as q:

@@ -22,8 +22,9 @@ PG_MODES = {
     "ShareLock": "SHARE", "ShareRowExclusiveLock": "SHARE ROW EXCLUSIVE",
     "ExclusiveLock": "EXCLUSIVE", "AccessExclusiveLock": "ACCESS EXCLUSIVE",
 }
-RELATIONS = ("SELECT c.oid::int, pg_relation_filenode(c.oid) FROM pg_class AS c "
-             "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'i', 'S')")
+WHERE = "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'i', 'S')"
+RELATIONS = f"SELECT c.oid::int, pg_relation_filenode(c.oid) FROM pg_class AS c {WHERE}"
+NAMES = f"SELECT c.oid::int, c.relname::text FROM pg_class AS c {WHERE}"
 
 
 def _strongest(modes: list[str]) -> str:
@@ -46,6 +47,7 @@ def test_each_migration_takes_the_lock_it_declares_and_rewrites_nothing(empty_db
         pid = conn.info.backend_pid
         for migration in MIGRATIONS:
             before = dict(observer.execute(RELATIONS).fetchall())
+            names = dict(observer.execute(NAMES).fetchall())
             with conn.transaction():
                 migration.apply(conn, q)
                 held = observer.execute(
@@ -53,8 +55,12 @@ def test_each_migration_takes_the_lock_it_declares_and_rewrites_nothing(empty_db
                     "AND locktype = 'relation' AND granted", (pid,)).fetchall()
                 after = dict(conn.execute(RELATIONS).fetchall())  # its own uncommitted view
             lock = _strongest([PG_MODES[mode] for rel, mode in held if rel in before])
+            on = {names[rel] for rel, mode in held if rel in before and PG_MODES[mode] == lock}
             rewritten = {oid for oid, node in before.items() if after.get(oid) != node}
             seen[migration.version] = (lock, rewritten)
+            if lock != "none":
+                assert on == {"delayed_queue" if migration.lock_on == "the queue table"
+                              else migration.lock_on}, (migration.version, on)
             if migration.version == 1:  # later migrations meet a table with rows and indexes
                 conn.execute('INSERT INTO delayed_queue ("pKey", "pKind", "payload", '
                              '"scheduledAt", "scheduledAtInitially", "createdAt") '
