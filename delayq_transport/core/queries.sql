@@ -223,9 +223,10 @@ WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
 DELETE FROM {table} WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
 
 -- delete_waiting_by_keys --
--- Delete rows with these keys in any kind that no consumer holds (revoking scheduled tasks).
-DELETE FROM {table} WHERE "pKey" = ANY(%(keys)s::text[]) AND "lockUuid" IS NULL
-RETURNING "pKey", "pKind"
+-- Revoke scheduled tasks: delete the rows with these keys, in any kind, that no consumer holds,
+-- through the table's revoke function (migration 13), so a role with no DELETE on the table
+-- (a producer) may revoke what it names and nothing more.
+SELECT "pKey", "pKind" FROM {revoke_fn}(%(keys)s::text[])
 
 -- purge --
 -- Drop every waiting row (due or scheduled) of these kinds; rows in flight stay.
@@ -393,6 +394,20 @@ SELECT "version" FROM {migrations} WHERE "tableName" = %(table_name)s
 -- Remember that a version was applied.
 INSERT INTO {migrations} ("tableName", "version") VALUES (%(table_name)s, %(version)s)
 ON CONFLICT DO NOTHING
+
+-- table_schema --
+-- The schema holding the queue table, for objects whose body must name it (migration 13).
+SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.oid = {table_literal}::regclass
+
+-- table_insert_grantees --
+-- Roles (not PUBLIC, not the owner) that may INSERT into the queue table: they may publish, so
+-- migration 13 lets them revoke too (least privilege kept; see schema_revoke_function).
+SELECT DISTINCT r.rolname
+FROM pg_class AS c CROSS JOIN LATERAL aclexplode(c.relacl) AS a
+JOIN pg_roles AS r ON r.oid = a.grantee
+WHERE c.oid = {table_literal}::regclass AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
+ORDER BY 1
 
 -- table_persistence --
 -- 'p' (logged) or 'u' (unlogged) for the queue table: the opt-in unlogged mode (issue 11).
@@ -811,21 +826,133 @@ SELECT (SELECT count(*) FROM claim) AS claimed, ARRAY(SELECT "pKey" FROM ins) AS
 -- Statements of the demo (`delayq demo`): its Celery app logs each run of its tasks so the
 -- live view can show scheduled -> running -> done. Not part of the queue.
 
--- runlog_reset --
--- Start the demo's run log afresh.
-DROP TABLE IF EXISTS delayq_demo_runs;
-CREATE TABLE delayq_demo_runs (
+-- demo_claim --
+-- `delayq demo` runs one at a time per database: a session advisory lock held while it runs.
+SELECT pg_try_advisory_lock(%(lock_key)s)
+
+-- demo_table_marks --
+-- Which of the demo's table names exist here, and whether each carries the demo's mark (a
+-- table of that name the demo did not create is refused, never reused).
+SELECT n.name, obj_description(to_regclass(quote_ident(n.name)), 'pg_class')
+               IS NOT DISTINCT FROM {demo_mark} AS ours
+FROM unnest(%(names)s::text[]) AS n(name)
+WHERE to_regclass(quote_ident(n.name)) IS NOT NULL
+
+-- demo_mark_tables --
+-- Mark the tables the demo created (its queue table, bindings, run ledger and run log).
+COMMENT ON TABLE {table} IS {demo_mark};
+COMMENT ON TABLE {bindings} IS {demo_mark};
+COMMENT ON TABLE {runs} IS {demo_mark};
+COMMENT ON TABLE {demo_log} IS {demo_mark}
+
+-- runlog_create --
+-- The demo's run log, next to its queue table.
+CREATE TABLE IF NOT EXISTS {demo_log} (
     task_id TEXT NOT NULL, attempt INT NOT NULL, state TEXT NOT NULL,
     at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (task_id, attempt, state))
 
+-- runlog_reset --
+-- Start the demo's run log afresh (its own table: checked to carry the demo's mark first).
+DELETE FROM {demo_log}
+
 -- runlog_record --
 -- One step of one run of a demo task (running, retrying, done).
-INSERT INTO delayq_demo_runs (task_id, attempt, state) VALUES (%(task_id)s, %(attempt)s, %(state)s)
+INSERT INTO {demo_log} (task_id, attempt, state) VALUES (%(task_id)s, %(attempt)s, %(state)s)
 ON CONFLICT DO NOTHING
 
 -- runlog_list --
 -- Every step so far, oldest first (the view keeps each task's latest).
-SELECT task_id, state, at FROM delayq_demo_runs ORDER BY at
+SELECT task_id, state, at FROM {demo_log} ORDER BY at
+
+-- Statements of `delayq uninstall` (core/uninstall.py): it lists, then drops, only what delayq
+-- created for one queue table, by exact name, and refuses while anything else is attached.
+
+-- uninstall_relations --
+-- Which of these names are relations here: name, kind, estimated rows, demo mark.
+SELECT n.name, c.relkind::text, greatest(c.reltuples, 0)::bigint AS rows_estimate,
+       obj_description(c.oid, 'pg_class') IS NOT DISTINCT FROM {demo_mark} AS demo_marked
+FROM unnest(%(names)s::text[]) WITH ORDINALITY AS n(name, ord)
+JOIN pg_class AS c ON c.oid = to_regclass(quote_ident(n.name))
+ORDER BY n.ord
+
+-- uninstall_queue_rows --
+-- The queue table's rows (every task uninstall would drop), counted up to a cap.
+SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT %(cap)s) AS s
+
+-- uninstall_attached --
+-- Indexes and (user) triggers on these tables, each with its table: what DROP TABLE removes too.
+SELECT 'index' AS kind, i.relname::text AS name, t.relname::text AS on_table
+FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid JOIN pg_class AS t ON t.oid = x.indrelid
+WHERE x.indrelid = ANY(ARRAY(SELECT to_regclass(quote_ident(n)) FROM unnest(%(tables)s::text[]) AS n))
+UNION ALL
+SELECT 'trigger', g.tgname::text, t.relname::text
+FROM pg_trigger AS g JOIN pg_class AS t ON t.oid = g.tgrelid
+WHERE NOT g.tgisinternal
+  AND g.tgrelid = ANY(ARRAY(SELECT to_regclass(quote_ident(n)) FROM unnest(%(tables)s::text[]) AS n))
+ORDER BY 3, 1, 2
+
+-- uninstall_functions --
+-- The table's functions that exist: the NOTIFY trigger's, the revoke function, the search one.
+SELECT f::regprocedure::text FROM unnest(ARRAY[
+    to_regprocedure({notify_fn_literal} || '()'),
+    to_regprocedure({revoke_fn_literal} || '(text[])'),
+    to_regprocedure({search_fn_literal} || '(bytea)')]) AS f
+WHERE f IS NOT NULL
+
+-- uninstall_other_tables --
+-- Queue tables other than this one that the ledger records: the shared tables stay for them.
+SELECT DISTINCT "tableName" FROM {migrations} WHERE "tableName" <> %(table_name)s ORDER BY 1
+
+-- uninstall_drop_tables --
+-- The queue table (its indexes, triggers and id sequence go with it), bindings and run ledger.
+-- No CASCADE: a view or foreign key of the user's on them makes this fail, and nothing drops.
+DROP TABLE IF EXISTS {table}, {bindings}, {runs}
+
+-- uninstall_drop_demo_log --
+-- The run log `delayq demo` created next to its table (dropped only when it carries the mark).
+DROP TABLE IF EXISTS {demo_log}
+
+-- uninstall_drop_functions --
+-- The table's functions, once nothing depends on them.
+DROP FUNCTION IF EXISTS {notify_fn}(), {revoke_fn}(text[]), {search_fn}(bytea)
+
+-- uninstall_forget_ledger --
+-- The table's rows in the migrations ledger.
+DELETE FROM {migrations} WHERE "tableName" = %(table_name)s
+
+-- uninstall_forget_beat --
+-- The table's beat entries and installed-entry ledger rows.
+WITH entries AS (DELETE FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s)
+DELETE FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s
+
+-- uninstall_drop_shared --
+-- The tables every queue table of the database shares, once no queue table is left.
+DROP TABLE IF EXISTS {migrations}, "delayq_beat_entries", "delayq_beat_installed"
+
+-- Blocks named schema_* take {schema} (the queue table's schema) and, for grants, {role} as
+-- extra identifiers, like the grant_* blocks below; core/schema.py renders them at migration.
+
+-- schema_revoke_function --
+-- Migration 13: revoke a waiting task by its key. SECURITY DEFINER: it runs as the table's
+-- owner, so a producer, which has no DELETE on the table, may delete a row it names and
+-- nothing more: exact keys only (no pattern), only rows no consumer holds ("lockUuid" IS NULL,
+-- re-checked under the row lock if a worker leases it meanwhile), only in this table (its
+-- name and schema are fixed in the body, the search_path is pinned so no object of the
+-- caller's can stand in). PUBLIC may not execute it; the roles that may are granted below.
+CREATE OR REPLACE FUNCTION {schema}.{revoke_fn}(keys text[])
+RETURNS TABLE ("pKey" text, "pKind" text)
+LANGUAGE sql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DELETE FROM {schema}.{table} AS t
+WHERE t."pKey" = ANY(keys) AND t."lockUuid" IS NULL
+RETURNING t."pKey"::text, t."pKind"::text
+$fn$;
+REVOKE ALL ON FUNCTION {schema}.{revoke_fn}(text[]) FROM PUBLIC
+
+-- schema_revoke_grant --
+-- Migration 13: a role that may INSERT (publish) may revoke a waiting task by key.
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- Least-privilege GRANTs printed by `delayq grants` (never run by delayq itself). Blocks named
 -- grant_* take {role} and {schema} as extra identifiers; see docs/how-to/roles.md.
@@ -845,7 +972,8 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table}, {schema}.{bindings} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
-GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role}
+GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- grant_beat --
 -- celery beat with the delayq scheduler (run it as the worker role): its two state tables.
@@ -854,14 +982,16 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_beat_entries", {schema}
 -- grant_producer --
 -- Applications that only publish (apply_async): INSERT rows, read the queue size kombu asks for
 -- on every queue declaration (SELECT), declare bindings (no DELETE), read the ledger. Without
--- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows. Spark jobs (often
--- run as a producer) record applied parts in the run ledger and prune it (DELETE there only).
+-- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows; revoking a waiting
+-- task it names goes through the revoke function (EXECUTE). Spark jobs (often run as a
+-- producer) record applied parts in the run ledger and prune it (DELETE there only).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT ON {schema}.{table} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.{bindings} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
-GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role}
+GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- grant_monitor --
 -- `delayq status` / `delayq metrics` for a dashboard or Prometheus: read-only (the beat tables too:
