@@ -17,12 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: Folders whose modules may import an extra's packages at module level, and that extra.
-EXTRA_OF_FOLDER = {"web": "web", "spark": "spark", "dramatiq": "dramatiq"}
+EXTRA_OF_FOLDER = {"web": "web", "spark": "spark", "dramatiq": "dramatiq", "django": "django"}
 #: Modules of those folders that every install imports (``delayq --help`` lists their commands,
 #: the CLI decodes rows with them): base dependencies only at module level.
 LOADED_BY_EVERY_INSTALL = {"web/cli.py", "web/__init__.py", "spark/cli.py", "spark/__init__.py",
-                           "dramatiq/__init__.py", "dramatiq/names.py", "dramatiq/ledger.py",
-                           "dramatiq/catchup.py"}
+                           "dramatiq/__init__.py", "dramatiq/names.py", "dramatiq/ledger.py"}
 
 
 def _name(requirement: str) -> str:
