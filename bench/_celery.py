@@ -33,6 +33,7 @@ import celery_bench_app
 import psycopg
 import redis
 from _common import BENCH_DIR, REPO_ROOT, fresh_database, tree_rss
+from _variants import check_import, parse, safe_name, spawn_path, variant_env
 
 BROKERS = ("delayq", "delayq_durable", "delayq_unlogged", "delayq_buffered", "delayq_pgbouncer",
            "delayq_pgbouncer_listen", "redis", "amqp", "amqp_confirm", "sqlalchemy")
@@ -85,6 +86,8 @@ class Settings:
     counter_db: int
     #: Threads each producer process publishes from in the ``throughput_threads`` phase.
     producer_threads: int = 1
+    #: Throughput rounds per broker (0: THROUGHPUT_ROUNDS, one with ``quick``).
+    throughput_rounds: int = 0
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     logdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench_celery_")))
 
@@ -97,6 +100,8 @@ class Settings:
     @property
     def rounds(self) -> int:
         """Throughput rounds per broker (interleaved; the median is reported)."""
+        if self.throughput_rounds:
+            return self.throughput_rounds
         return 1 if self.quick else THROUGHPUT_ROUNDS
 
     @property
@@ -125,6 +130,7 @@ class Worker:
     """A ``celery worker`` in its own process group (killed with its pool children)."""
 
     def __init__(self, env: dict[str, str], name: str, logdir: Path) -> None:
+        name = safe_name(name)  # a variant's name (delayq@REV) holds a node name's '@'
         self.log_path = logdir / f"{name}.log"
         self._log = open(self.log_path, "wb")
         cmd = [sys.executable, "-m", "celery", "-A", "celery_bench_app", "worker",
@@ -180,6 +186,7 @@ def _producer_init(env: dict[str, str], barrier: Any) -> None:
     global _APP
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates us
     os.environ.update(env)
+    check_import(env)  # a variant (delayq@REV) publishes with its own revision
     os.nice(int(os.environ.get("BENCH_PRODUCER_NICE", "0")))  # --producer-nice
     celery_bench_app.configure()
     _APP = celery_bench_app.app
@@ -252,7 +259,8 @@ class Producers:
         ctx = mp.get_context("spawn")
         barrier = ctx.Barrier(processes + 1)
         self.errors: list[BaseException] = []
-        self.pool = ctx.Pool(processes, initializer=_producer_init, initargs=(env, barrier))
+        with spawn_path(env):  # a variant's processes import delayq from its revision
+            self.pool = ctx.Pool(processes, initializer=_producer_init, initargs=(env, barrier))
         try:
             barrier.wait(timeout=120)
         except BaseException:
@@ -345,6 +353,11 @@ def base_env(cfg: Settings, queue: str, url: str, options: dict[str, Any],
 def broker_state(name: str, phase: str, cfg: Settings, *, acks_late: bool = False
                  ) -> Iterator[BrokerRun]:
     """Fresh broker state for one phase, removed afterwards (also on Ctrl-C)."""
+    variant = parse(name)
+    if variant is not None:  # delayq@REV, delayq~option=value (bench/_variants.py)
+        with broker_state(variant.base, phase, cfg, acks_late=acks_late) as run:
+            yield BrokerRun(name, variant_env(run.env, variant), run.db_url)
+        return
     queue = f"bench_{phase}_{cfg.run_id}"
     options = KILL_OPTIONS.get(name.split("_")[0], {}) if phase == "kill" else {}
     if name.startswith("delayq_pgbouncer"):

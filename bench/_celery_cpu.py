@@ -97,6 +97,8 @@ class CpuMeter:
         self.t0 = self._local()
 
     def _local(self) -> tuple[float, float, float]:
+        if self.worker_pid <= 0:  # no worker (a diagnostic measuring producers alone)
+            return tree_cpu(self.producer_pids), 0.0, 0.0
         main = _procs([self.worker_pid])
         return (tree_cpu(self.producer_pids), cpu_seconds(main[0]) if main else 0.0,
                 _children_cpu(self.worker_pid))

@@ -88,6 +88,7 @@ from _common import (
     replace_section,
     write_results,
 )
+from _variants import AB_HEADERS, ab_rows, is_variant
 
 PHASES = ("throughput", "throughput_threads", "drain", "latency", "rss", "kill", "sweep")
 #: Phases run ``cfg.rounds`` times, interleaved round by round (brokers and phases alike).
@@ -366,7 +367,8 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     ok = sorted((r for r in rounds if "tasks_per_s" in r), key=lambda r: r["tasks_per_s"])
     if not ok:
         return rounds[0]
-    return {**ok[(len(ok) - 1) // 2], "rounds_tasks_per_s": [r.get("tasks_per_s") for r in rounds]}
+    return {**ok[(len(ok) - 1) // 2], "rounds_tasks_per_s": [r.get("tasks_per_s") for r in rounds],
+            "rounds_cpu_us_per_task": [r.get("cpu_us_per_task") for r in rounds]}
 
 
 @click.command()
@@ -386,7 +388,10 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                    "RabbitMQ with publisher confirms; delayq_unlogged: with "
                    "unlogged_table=True; delayq_buffered: with publish_linger=0.005; "
                    "delayq_pgbouncer: through PgBouncer in transaction pooling, started for "
-                   "each phase; delayq_pgbouncer_listen: the same with a direct listen_url).")
+                   "each phase; delayq_pgbouncer_listen: the same with a direct listen_url). "
+                   "A/B: delayq@REV runs another revision's delayq, delayq~option=value adds "
+                   "a transport option (bench/_variants.py); the first named is the reference, "
+                   "the table goes to bench/results/celery_ab.json, never to the docs.")
 @click.option("--admin-url", default=DEFAULT_ADMIN_URL, show_default=True,
               help="PostgreSQL URL allowed to create the per-phase databases.")
 @click.option("--redis-db", default=11, show_default=True, help="Redis db used as the broker.")
@@ -399,11 +404,12 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
               help="Niceness of the producer processes (every broker alike): a diagnostic of "
                    "how much the end-to-end figure depends on the CPU share producers take "
                    "from the worker on a small machine. The recorded runs use 0.")
+@click.option("--rounds", default=0, help="Throughput rounds per broker (default: 3, --quick 1).")
 @click.option("--no-write", is_flag=True,
               help="Only print the table: no results file, plots or docs (smoke runs).")
 def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int,
          counter_db: int, producers: int, producer_threads: int, producer_nice: int,
-         no_write: bool) -> None:
+         rounds: int, no_write: bool) -> None:
     """Benchmark Celery on delayq, Redis, RabbitMQ and kombu's SQLAlchemy transport."""
     if producer_nice:
         if not no_write:
@@ -423,7 +429,8 @@ def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int
     # Ctrl-C must reach us even when started from a shell that ignores SIGINT in the background.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     cfg = Settings.build(quick, producers=producers, admin_url=admin_url, redis_db=redis_db,
-                         counter_db=counter_db, producer_threads=producer_threads)
+                         counter_db=counter_db, producer_threads=producer_threads,
+                         throughput_rounds=rounds)
     info = machine_info(admin_url)
     console.print(f"run {cfg.run_id}: worker logs in {cfg.logdir}")
     try:
@@ -436,6 +443,11 @@ def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int
     console.print(goal_table(results, vars(cfg)))
     if "sweep" in phases:
         console.print(markdown_table(SWEEP_HEADERS, sweep_rows(results, brokers)))
+    ab = any(is_variant(b) for b in brokers)
+    if ab:  # delayq@REV / delayq~option=value: the A/B table, never the docs' section
+        console.print(markdown_table(AB_HEADERS, [
+            row for phase in ("throughput", "throughput_threads") if phase in phases
+            for row in ab_rows(results, brokers, phase)], "ll" + "r" * 9))
     if no_write:
         return
     write_plots(results, brokers)
@@ -445,17 +457,24 @@ def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int
                                    if isinstance(v, int | float | str) and k != "admin_url"}}
     data = {"command": command_line(), "revision": git_revision(), "machine": info,
             "settings": settings, "targets": TARGETS, "results": results}
+    if ab:
+        console.print(f"results: {write_results('celery_ab', data)}")
+        return
     path = write_results("celery", data)
     doc = replace_section("celery", section(load_results("celery")))
     console.print(f"results: {path}\ndocs: {doc}")
 
 
 def _choices(value: str, allowed: tuple[str, ...], flag: str) -> list[str]:
+    """The chosen names in the canonical order; variants (bench/_variants.py) follow in the
+    order given."""
     chosen = [v.strip() for v in value.split(",") if v.strip()]
-    unknown = [v for v in chosen if v not in allowed]
+    unknown = [v for v in chosen if v not in allowed and not is_variant(v)]
     if unknown or not chosen:
-        raise click.BadParameter(f"unknown {unknown or value!r}; choose from {allowed}",
-                                 param_hint=flag)
+        raise click.BadParameter(f"unknown {unknown or value!r}; choose from {allowed}, or "
+                                 "delayq@REV / delayq~option=value", param_hint=flag)
+    if any(is_variant(v) for v in chosen):
+        return list(dict.fromkeys(chosen))  # an A/B run: the first is the reference
     return [v for v in allowed if v in chosen]
 
 

@@ -56,13 +56,16 @@ from _common import (
     run_line,
     write_results,
 )
+from _spark_fair import fair_rounds
 from _spark_ledger import ledger_ab, spark_cpu_s
 from psycopg import sql
 
 TASK = "bench_spark.remind"
 QUEUE = "bench_spark"
 REDIS_URL = "redis://127.0.0.1:6379/15"
-TARGET_RATIO = 0.6
+#: ``schedule_tasks`` with its run ledger against one process COPYing the same rows, the
+#: median over interleaved rounds (``_spark_fair.py``).
+TARGET_RATIO = 0.8
 ETA_SPREAD_S = 86_400
 WARMUP_ROWS = 20_000
 CHUNK_ROWS = 50_000
@@ -183,6 +186,20 @@ def schedule_runs(spark: Any, url: str, rows: int, partitions: int,
     return {"rows": rows, "partitions": partitions, "seconds": first.elapsed_s,
             "rate": first.rows_per_s, "rerun_seconds": again.elapsed_s,
             "rerun_rate": again.rows_per_s}
+
+
+def fair_runs(spark: Any, url: str, admin_url: str, rows: int, partitions: int,
+              base: datetime, rounds: int) -> dict[str, Any]:
+    """COPY, keys only and run_id interleaved in rounds (``_spark_fair.py``)."""
+    now_ms = int(time.time() * 1000)
+    out = fair_rounds(users(spark, rows, partitions, base), rows, schedule_with(url), url,
+                      rounds, "bench_copy",
+                      lambda: message_chunks(rows, base, now_ms, direct=True),
+                      lambda: checkpoint(admin_url), console.print)
+    console.print(f"interleaved, medians of {rounds} rounds: COPY "
+                  f"{fmt_rate(out['median']['copy'])}, schedule_tasks "
+                  f"{out['ratio']['keys']:.2f}x, with run_id {out['ratio']['run_id']:.2f}x")
+    return out
 
 
 def ledger_runs(spark: Any, url: str, admin_url: str, sizes: dict[str, tuple[int, int]],
@@ -307,6 +324,7 @@ def apply_async_runs(url: str, redis_url: str, sample: int, base: datetime) -> d
 def result_rows(data: dict[str, Any]) -> list[list[str]]:
     limit = data["copy"]["copy_rate"]
     s, st, rd = data["schedule"], data["stream"], data["read"]
+    fair = data.get("fair")
 
     def row(label: str, rows: int | str, seconds: float | str, rate: float) -> list[str]:
         secs = f"{seconds:.1f}" if isinstance(seconds, float) else seconds
@@ -322,6 +340,13 @@ def result_rows(data: dict[str, Any]) -> list[list[str]]:
             "partitions)", s["rows"], s["seconds"], s["rate"]),
         row("Spark `schedule_tasks`, re-run (every row `ignored`)", s["rows"],
             s["rerun_seconds"], s["rerun_rate"]),
+        *([[f"Interleaved, {fair['rounds']} rounds: {what} (median)", f"{fair['rows']:,}",
+            "-", fmt_rate(fair["median"][mode]),
+            "1.00×" if mode == "copy" else f"{fair['ratio'][mode]:.2f}× (per round)"]
+           for mode, what in (("copy", "raw COPY, 1 process, warm session"),
+                              ("keys", "Spark `schedule_tasks`, keys only"),
+                              ("run_id", "Spark `schedule_tasks` with a `run_id`"))]
+          if fair else []),
         *[row(f"Spark `schedule_tasks`, {label} size, {mode} (median of "
               f"{ab['rounds']})", ab["rows"], "-", ab["median"][mode])
           for label, ab in data.get("ledger", {}).items() for mode in ("keys", "run_id")],
@@ -340,6 +365,7 @@ def plot(data: dict[str, Any]) -> Path:
               *[f"{label}\n{mode}" for label in data.get("ledger", {})
                 for mode in ("keys", "run_id")],
               "stream", "read", *[f"apply_async\n{b}" for b in data["apply_async"]]]
+    rows = [r for r in rows if not r[0].startswith("Interleaved")]
     rates = [float(r[3].replace(",", "")) for r in rows]
     return grouped_bar_chart(PLOT, labels, {"rows/s": rates},
                              title="Spark pipeline: rows per second (one run)",
@@ -363,17 +389,29 @@ def section(data: dict[str, Any]) -> str:
     s = data["schedule"]
     limit = data["copy"]["copy_rate"]
     ratio, rerun_ratio = s["rate"] / limit, s["rerun_rate"] / limit
-    met = "met" if ratio >= TARGET_RATIO and s["rerun_rate"] >= s["rate"] else "**not met**"
+    fair = data.get("fair")
+    if fair:  # the target's measure: interleaved rounds, with the run ledger
+        ratio = fair["ratio"]["run_id"]
+        met = "met" if ratio >= TARGET_RATIO and s["rerun_rate"] >= s["rate"] else "**not met**"
+        verdict = f"{met} ({ratio:.2f}×, re-run {rerun_ratio:.2f}×)"
+    else:
+        verdict = (f"not measured in this run, which has no interleaved rounds (first run "
+                   f"{ratio:.2f}× the one COPY, re-run {rerun_ratio:.2f}×)")
     table = markdown_table(["What", "Rows", "Seconds", "Rows/s", "vs COPY limit"],
                            result_rows(data), align="lrrrr")
     loads = data["load_average"]
     command = data.get("command", "python bench/bench_spark.py")
+    interleaved = ("The interleaved rows run the raw COPY, `schedule_tasks` and `schedule_tasks` "
+                   "with a `run_id` in turn, in rotating order, each into an empty table after a "
+                   "CHECKPOINT, after one uncounted round (`bench/_spark_fair.py`); their ratio "
+                   "is the median of the per-round ratios. ") if fair else ""
     how = prose(f"""
 The limit is one Python process binary-COPYing ready messages (built untimed) into a queue table
 with its indexes and trigger; `schedule_tasks` runs end to end, job start to return, its counts
 checked exactly. The JVM, the Python workers and PostgreSQL share the 2 cores, so compare the
-ratios to the COPY limit of the same run. Target: `schedule_tasks` ≥ {TARGET_RATIO}× the limit
-and the re-run at least as fast: {met} ({ratio:.2f}×, re-run {rerun_ratio:.2f}×).""")
+ratios to the COPY limit of the same run. {interleaved}Target: `schedule_tasks` with its run
+ledger ≥ {TARGET_RATIO}× one process COPYing the same rows, interleaved, and the re-run at least
+as fast: {verdict}.""")
     return f"""## Spark pipeline
 
 {run_line(command, data.get("git_revision"), data.get("finished_at"), data["machine"],
@@ -401,14 +439,20 @@ and the re-run at least as fast: {met} ({ratio:.2f}×, re-run {rerun_ratio:.2f}�
 @click.option("--partitions", type=click.IntRange(1), default=8, show_default=True)
 @click.option("--ledger-rounds", type=click.IntRange(1), default=3, show_default=True,
               help="Pairs of jobs without/with a run id, per size.")
+@click.option("--fair-rounds", type=click.IntRange(0), default=3, show_default=True,
+              help="Rounds of COPY / schedule_tasks / with run_id, interleaved (0: none).")
+@click.option("--only-fair", is_flag=True,
+              help="Only the COPY limit, the first run and the interleaved rounds (no ledger "
+                   "pairs, stream, read, apply_async); results not written.")
 @click.option("--master", default="local[2]", show_default=True)
 @click.option("--redis-url", default=REDIS_URL, show_default=True)
 @click.option("--quick", is_flag=True, help="Smaller run (spark_quick.json, docs untouched).")
 @click.option("--docs/--no-docs", "write_docs", default=None,
               help="Rewrite the docs/benchmarks.md section [default: unless --quick].")
 def main(database_url: str, rows: int | None, stream_rows: int | None, read_rows: int | None,
-         sample: int | None, partitions: int, ledger_rounds: int, master: str, redis_url: str,
-         quick: bool, write_docs: bool | None) -> None:
+         sample: int | None, partitions: int, ledger_rounds: int, fair_rounds: int,
+         only_fair: bool, master: str, redis_url: str, quick: bool,
+         write_docs: bool | None) -> None:
     """Spark bulk scheduling, streaming and reading, against the raw COPY limit."""
     from delayq_transport.spark import local_session
 
@@ -430,6 +474,13 @@ def main(database_url: str, rows: int | None, stream_rows: int | None, read_rows
             data["schedule"] = schedule_runs(spark, url, rows, partitions, base)
             checkpoint(database_url)
             loads.append(os.getloadavg()[0])
+            if fair_rounds:
+                data["fair"] = fair_runs(spark, url, database_url, rows, partitions, base,
+                                         fair_rounds)
+                loads.append(os.getloadavg()[0])
+            if only_fair:
+                console.print(f"load averages: {loads}")
+                return
             data["ledger"] = ledger_runs(
                 spark, url, database_url, {"bulk": (rows, partitions),
                                            "micro-batch": (stream_rows // 5, FILES_PER_BATCH)},

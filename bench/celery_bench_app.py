@@ -24,7 +24,13 @@ import redis
 from celery import Celery
 from celery.signals import worker_ready
 
-import delayq_transport  # noqa: F401  (registers delayq+; imported for every broker alike)
+import delayq_transport  # (registers delayq+; imported for every broker alike)
+
+#: A variant of bench/_variants.py (delayq@REV) must run that revision's delayq, not this one.
+_ROOT = os.environ.get("BENCH_DELAYQ_ROOT")
+_WHERE = os.path.dirname(os.path.dirname(os.path.realpath(delayq_transport.__file__)))
+if _ROOT is not None and _WHERE != os.path.realpath(_ROOT):
+    raise RuntimeError(f"BENCH_DELAYQ_ROOT is {_ROOT}, but delayq comes from {_WHERE}")
 
 app = Celery("delayq_bench")
 

@@ -3,6 +3,10 @@
 With no database configured it starts the embedded PostgreSQL (``delayq[embedded]``) in a
 per-user data directory and says where. The live view reads the queue table itself, so what
 it shows as "scheduled" is exactly what no worker holds yet.
+
+Pointed at a real database it touches nothing of the user's: it works in a queue table of its
+own (``delayq_demo``, core/runlog.py), its worker consumes only the demo's queue there, and a
+second demo on the same database is refused while one runs.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from rich.table import Table
 
 from ..core.db import Database, mask_password
 from ..core.queue import DelayedQueue
-from ..core.runlog import RunLog
+from ..core.runlog import DEMO_QUEUE, DEMO_TABLE, DemoSite, RunLog, demo_tables
 from . import embedded
 from .main import Context, console, register
 
@@ -52,7 +56,7 @@ def _start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes
     log_file = open(log_path, "wb")  # noqa: SIM115 - lives as long as the worker
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "delayq_transport.cli.demo_app", "worker",
-         "-P", "solo", "--loglevel=INFO", "-n", f"demo-{os.getpid()}@%h"],
+         "-P", "solo", "--loglevel=INFO", "-n", f"demo-{os.getpid()}@%h", "-Q", DEMO_QUEUE],
         env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
     )
 
@@ -130,20 +134,28 @@ def _start_web(queue: DelayedQueue, port: int) -> Any:
 @click.pass_obj
 def demo(obj: Context, keep_worker: bool, web: bool, web_port: int,
          linger: float | None) -> None:
-    """Run a Celery worker on delayq and watch countdown tasks go scheduled -> running -> done."""
+    """Run a Celery worker on delayq and watch countdown tasks go scheduled -> running -> done.
+    The demo works in tables of its own (delayq_demo and its companions) and touches nothing
+    else in the database; it refuses to run while another demo runs on the same database."""
     url = obj.database_url
     if not url:
         url, _server = embedded.start()
         console.print(f"no database configured: started embedded PostgreSQL in "
                       f"[bold]{embedded.default_data_dir()}[/bold] ({url})")
-    console.print(f"database: {mask_password(url)}")
-    with Database(url, max_size=1) as db:
-        RunLog(db).reset()
+    console.print(f"database: {mask_password(url)}; the demo works in tables of its own "
+                  f"({', '.join(demo_tables())}) and touches nothing else")
+    with Database(url, max_size=2) as db, DemoSite(db) as site:
+        site.prepare()
+        _demo(url, keep_worker, web, web_port, linger)
+
+
+def _demo(url: str, keep_worker: bool, web: bool, web_port: int, linger: float | None) -> None:
+    """The demo proper, run while its claim on the database is held."""
     env = dict(os.environ, DELAYQ_DEMO_DB=url,
                DELAYQ_DEMO_BROKER="delayq+postgresql://localhost/postgres")
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"delayq-demo-worker-{os.getpid()}.log"
-    with DelayedQueue(url, table=obj.table, kind="celery") as queue:
-        queue.purge()
+    with DelayedQueue(url, table=DEMO_TABLE, kind=DEMO_QUEUE) as queue:
+        queue.purge()  # the demo's own queue: what an interrupted earlier demo left waiting
         worker = _start_worker(env, log_path)
         server = _start_web(queue, web_port) if web else None
         try:
@@ -177,7 +189,8 @@ def _run(queue: DelayedQueue, url: str, env: dict[str, str], web_url: str | None
 
     os.environ["DELAYQ_DEMO_DB"] = url  # the tasks' _record() in this process, if any
     app.conf.broker_url = env["DELAYQ_DEMO_BROKER"]
-    app.conf.broker_transport_options = {"database_url": url}
+    app.conf.broker_transport_options = {**app.conf.broker_transport_options,
+                                         "database_url": url}
 
     ids = [str(uuid.uuid4()) for _ in range(len(COUNTDOWNS_S) + 1)]
     if web_url:

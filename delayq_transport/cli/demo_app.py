@@ -13,14 +13,16 @@ from celery import Celery
 
 import delayq_transport  # noqa: F401  - registers the delayq+ scheme (the one extra step)
 from delayq_transport.core.db import Database
-from delayq_transport.core.runlog import RunLog
+from delayq_transport.core.runlog import DEMO_QUEUE, DEMO_TABLE, RunLog
 
 app = Celery("delayq_demo")
 app.conf.update(
     broker_url=os.environ.get("DELAYQ_DEMO_BROKER", "delayq+postgresql://localhost/postgres"),
-    broker_transport_options={"polling_interval": 2, "acquire_timeout": 30,
+    # The demo's own table and queue: a database the demo is pointed at keeps its tasks.
+    broker_transport_options={"polling_interval": 2, "acquire_timeout": 30, "table": DEMO_TABLE,
                               **({"database_url": os.environ["DELAYQ_DEMO_DB"]}
                                  if "DELAYQ_DEMO_DB" in os.environ else {})},
+    task_default_queue=DEMO_QUEUE,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     task_ignore_result=True,

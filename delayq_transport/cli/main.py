@@ -11,6 +11,7 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from ..core import validate_table_name
 from ..core.db import Database, mask_password
@@ -32,6 +33,7 @@ LAZY_COMMANDS: dict[str, tuple[str, ...]] = {
     "grants": ("delayq_transport.cli.ops",),
     "metrics": ("delayq_transport.cli.ops",),
     "tasks": ("delayq_transport.cli.tasks",),
+    "uninstall": ("delayq_transport.cli.ops",),
     "web": ("delayq_transport.web.cli",),
     "spark-report": ("delayq_transport.spark.cli",),
 }
@@ -90,7 +92,7 @@ class DelayqGroup(click.Group):
         try:
             return super().invoke(ctx)
         except DelayqError as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            console.print(f"[red]error:[/red] {escape(str(exc))}")  # "delayq[web]" is no tag
             sys.exit(1)
 
 

@@ -1,21 +1,27 @@
-"""Operator commands: ``delayq grants`` (least-privilege roles) and ``delayq metrics``."""
+"""Operator commands: ``delayq grants`` (least-privilege roles), ``delayq metrics`` and
+``delayq uninstall``."""
 
 from __future__ import annotations
 
 import sys
 
 import click
+from rich.table import Table
 
 from ..core.counts import COUNT_CAP
+from ..core.db import Database, mask_password
 from ..core.grants import ROLE_PROFILES, grants_for
+from ..core.uninstall import UninstallPlan, UninstallRefused, plan_uninstall, uninstall
 from .main import Context, console, register
 
 
 @click.command("grants")
 @click.option("--role", required=True, help="The PostgreSQL role to grant to (quoted for you)")
 @click.option("--as", "profile", required=True, type=click.Choice(sorted(ROLE_PROFILES)),
-              help="admin: runs `delayq migrate` (DDL); worker: Celery workers and beat; "
-                   "producer: publishes only; monitor: status and metrics, read-only")
+              help="admin: runs `delayq migrate` (DDL), owns the tables; worker: Celery "
+                   "workers and beat; producer: publishes, and revokes a waiting task by id "
+                   "(through the revoke function: no DELETE or UPDATE on the queue table); "
+                   "monitor: status and metrics, read-only")
 @click.option("--schema", default="public", show_default=True,
               help="Schema holding the delayq tables")
 @click.pass_obj
@@ -53,5 +59,47 @@ def metrics_cmd(obj: Context, serve: bool, port: int, addr: str, cap: int) -> No
         server.close()
 
 
+@click.command("uninstall")
+@click.option("--yes", is_flag=True,
+              help="Drop the objects listed (without it: list them, change nothing)")
+@click.option("--lock-timeout", default="5s", show_default=True,
+              help="Longest wait for each table lock; sessions still using the tables "
+                   "(workers, producers, beat, web) hold them: stop those first")
+@click.pass_obj
+def uninstall_cmd(obj: Context, yes: bool, lock_timeout: str) -> None:
+    """List every object delayq created for --table (tables, indexes, triggers, sequence,
+    functions, its ledger and beat rows; the shared tables once no other queue table is
+    left); --yes drops them in one transaction. Nothing delayq did not create is dropped:
+    uninstall refuses while another index or trigger sits on those tables."""
+    with Database(obj.require_url(), max_size=1) as db:
+        plan = plan_uninstall(db, obj.table)
+        _print_plan(plan, mask_password(obj.require_url()))
+        if plan.foreign:
+            names = ", ".join(f"{o.kind} {o.name}" for o in plan.foreign)
+            raise UninstallRefused(f"{names}: not created by delayq, would be dropped with "
+                                   f"the tables of {obj.table}; drop or move them first")
+        if not yes:
+            console.print("dry run: nothing dropped; run again with --yes to drop the above")
+            return
+        uninstall(db, obj.table, lock_timeout=lock_timeout)
+    console.print(f"dropped delayq's objects for {obj.table}")
+
+
+def _print_plan(plan: UninstallPlan, where: str) -> None:
+    view = Table(title=f"delayq objects of table {plan.table} on {where}")
+    for column in ("kind", "name", "detail"):
+        view.add_column(column, overflow="fold")
+    for item in plan.drop:
+        view.add_row(item.kind, item.name, item.detail)
+    for item in plan.foreign:
+        view.add_row(item.kind, item.name, f"[red]NOT delayq's[/red]: {item.detail}")
+    console.print(view)
+    if plan.other_tables:
+        console.print(f"kept: the shared tables, still used by {', '.join(plan.other_tables)}")
+    console.print("kept: roles (delayq creates none) and the pg_trgm extension, if present "
+                  "(the search index may have created it; other things may use it)")
+
+
 register(grants_cmd)
 register(metrics_cmd)
+register(uninstall_cmd)

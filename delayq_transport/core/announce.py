@@ -7,17 +7,23 @@ and 3,750-4,370 with it, at exactly one flush per commit (issue 27). Consumers d
 notification per message either: a consumer that was woken keeps polling while its polls come
 back full, and times its next poll to the next ``scheduledAt`` it learned from the last one.
 
-So a publish hands ``(kind, scheduledAt)`` to this process' announcer after its commit. When
-no announcement went out within the window, the publishing thread sends it at once, in a
-statement (``announce``) of its own transaction on the connection it still holds: one round
-trip more for that publish, none for the others of the window. What comes later in the window
-gathers; the first publish after the window's end sends it along with its own, and when no
-publish comes, the announcer's thread sends it at the window's end on an idle pooled
-connection. Either way one notification per kind, carrying the earliest ``scheduledAt``: the
-low watermark of every consumer (core/watermark.py) still drops below every new row. Never a
-connection of its own: a publishing process holds what it held (docs/how-to/managed-service.md,
-*Connections*). The same coalescing as River's notify limiter (100 ms) and pgmq's
-throttle (250 ms), with a window short enough for the pick-up latency target.
+So a process sends at most one wake-up per window. The publish that finds the window over
+opens the next one and carries the wake-up in its own statement (``offer_insert`` and
+``offer_batch_insert`` take ``announce`` and ``pending``): a NOTIFY of its row and of the rows
+this process committed since the last wake-up, delivered by its own commit, so it costs
+neither a round trip nor a transaction of its own, and only that commit takes the notify lock.
+The publishes within the window hand ``(kind, scheduledAt)`` to the announcer after their
+commits; the first publish after the window's end carries them, and when none comes within
+a window of the first of them, the announcer's thread sends them (statement ``announce``) on an
+idle pooled connection. Either way one notification per kind, carrying the earliest
+``scheduledAt``: the low watermark of every consumer (core/watermark.py) still drops below
+every new row. A publish that commits no row (its key exists, an error) gives back what it was
+to carry. Never a connection of its own: a publishing process holds what it held
+(docs/how-to/managed-service.md, *Connections*). The same coalescing as River's notify limiter
+(100 ms) and pgmq's throttle (250 ms), with a window short enough for the pick-up latency
+target. The version before sent the leading wake-up in a statement of its own right after the
+publish's commit: with two producer processes at ~300 publishes/s each, about one publish in
+four paid a second round trip and transaction for it (``bench/diagnostics/task_account.py``).
 
 Should the process die between a commit and its announcement, the consumers find the row on
 their fallback poll (``polling_interval``) instead; the announcements still waiting at
@@ -74,8 +80,58 @@ class Announcer:
         #: kind -> earliest scheduledAt announced and not sent yet.
         self._pending: dict[str, int] = {}
         self._last_sent = -float("inf")
+        #: When the oldest wake-up pending now was noted: the thread sends it a window later.
+        self._pending_since = 0.0
         self._closed = False
         self._thread: threading.Thread | None = None
+
+    def take(self) -> dict[str, int] | None:
+        """Before an insert: None while the window is open (the caller passes its row to
+        :meth:`note` after the commit); else the window starts now, and the insert carries the
+        wake-up in its own statement, for its row and for the earlier rows pending here
+        (returned, maybe none). Given back with :meth:`restore` should that transaction not
+        commit a row."""
+        if self._pid != os.getpid():
+            self._reset()
+        with self._cond:
+            now = time.monotonic()
+            if now < self._last_sent + self.window_s and not self._closed:
+                return None
+            pending, self._pending, self._last_sent = self._pending, {}, now
+            return pending
+
+    def note(self, rows: Iterable[tuple[str, int]]) -> None:
+        """Committed rows ``(kind, scheduledAt)`` that no wake-up carried: sent by a later
+        publish, or by the thread at the window's end."""
+        if self._pid != os.getpid():
+            self._reset()
+        with self._cond:
+            self._merge(rows)
+
+    def restore(self, carried: dict[str, int]) -> None:
+        """The transaction that was to carry these wake-ups committed no row: they wait again."""
+        self.note(carried.items())
+
+    def _merge(self, rows: Iterable[tuple[str, int]]) -> None:
+        """Add rows to what is pending (under the lock); start the thread, or wake it when it
+        waits for work. A thread already waiting for the window's end is left alone: waking
+        it for every publish of a window cost a thread switch per publish."""
+        pending = self._pending
+        was_empty = not pending
+        if was_empty:
+            self._pending_since = time.monotonic()
+        for kind, at in rows:
+            known = pending.get(kind)
+            if known is None or at < known:
+                pending[kind] = at
+        if not pending:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="delayq-announce",
+                                            daemon=True)
+            self._thread.start()
+        elif was_empty:
+            self._cond.notify()
 
     def due(self, rows: Iterable[tuple[str, int]]) -> list[str] | None:
         """Record committed rows ``(kind, scheduledAt)``; the payloads the caller must send now
@@ -84,23 +140,18 @@ class Announcer:
         if self._pid != os.getpid():
             self._reset()
         with self._cond:
-            pending = self._pending
-            for kind, at in rows:
-                known = pending.get(kind)
-                if known is None or at < known:
-                    pending[kind] = at
-            if not pending:
-                return None
             now = time.monotonic()
             if now >= self._last_sent + self.window_s or self._closed:
+                pending = self._pending
+                for kind, at in rows:
+                    known = pending.get(kind)
+                    if known is None or at < known:
+                        pending[kind] = at
+                if not pending:
+                    return None
                 self._pending, self._last_sent = {}, now
-                return [f"{kind}:{at}" for kind, at in pending.items()]
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="delayq-announce",
-                                                daemon=True)
-                self._thread.start()
-            else:
-                self._cond.notify()
+                return payloads(pending)
+            self._merge(rows)
             return None
 
     def send_on(self, conn: psycopg.Connection[Any], payloads: list[str]) -> None:
@@ -114,8 +165,12 @@ class Announcer:
                         "on their next fallback poll): %s", len(payloads), exc)
 
     def _run(self) -> None:
-        """The window's end with nobody publishing: send what gathered, on an idle pooled
-        connection (waiting up to :data:`IDLE_WAIT_S` for one, so as not to open another)."""
+        """Nobody published for a window after a wake-up was left pending: send what gathered,
+        on an idle pooled connection (waiting up to :data:`IDLE_WAIT_S` for one, so as not to
+        open another). Not at the window's end: publishes that keep coming carry them (the
+        first one after the window's end), which a thread sending at the window's end
+        pre-empted nearly every time at a few hundred publishes per second, a transaction
+        each. A row's wake-up waits at most a window either way."""
         cond = self._cond
         while True:
             with cond:
@@ -123,7 +178,8 @@ class Announcer:
                     cond.wait()
                 if not self._pending:
                     return  # closed, nothing left
-                wait = self._last_sent + self.window_s - time.monotonic()
+                wait = (max(self._last_sent, self._pending_since) + self.window_s
+                        - time.monotonic())
                 if wait > 0 and not self._closed:
                     cond.wait(wait)  # a publish may send it meanwhile
                     continue
@@ -147,7 +203,7 @@ class Announcer:
             if batch:
                 self._last_sent = time.monotonic()
         if batch:
-            self._send_pooled([f"{kind}:{at}" for kind, at in batch.items()])
+            self._send_pooled(payloads(batch))
 
     def announce(self, rows: Iterable[tuple[str, int]]) -> None:
         """Rows committed without a connection at hand to send on: as :meth:`due`, sending on
@@ -180,6 +236,11 @@ class Announcer:
             thread.join(timeout=5)
         self.flush()
         _LIVE.discard(self)
+
+
+def payloads(rows: dict[str, int]) -> list[str]:
+    """Notification payloads ``kind:scheduledAt`` (what core/listen.py parses)."""
+    return [f"{kind}:{at}" for kind, at in rows.items()]
 
 
 _LIVE: weakref.WeakSet[Announcer] = weakref.WeakSet()

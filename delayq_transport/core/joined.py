@@ -4,7 +4,7 @@ it does not own.
 River's ``InsertTx`` and Oban's insert inside ``Repo.transaction`` give what an application
 wants from a queue in its own database: a task written in the application's transaction is
 invisible until that transaction commits and gone if it rolls back. Here the statements stay
-the core's named blocks (``offer_insert``, ``offer_batch_insert``, ``offer_notify``); what
+the core's named blocks (``offer_insert``, ``offer_batch_insert``); what
 changes is whose connection runs them. :func:`transaction` names that connection for the code
 inside it, so unchanged publishing code (Celery's ``apply_async``, Dramatiq's ``send``, the
 core's ``offer``) writes there; :func:`current` is what the publishing code asks.
@@ -16,7 +16,7 @@ they are recognised by their type's module and unwrapped to the driver's connect
 
 What delayq does on that connection, and what it never does:
 
-* one round trip per publish, holding the NOTIFY and the insert (``Queries.portable``):
+* one statement per publish, the insert carrying its NOTIFY (``Queries.portable``):
   ``%(name)s`` placeholders filled in by the driver on the client (psycopg 3's
   ``ClientCursor``, psycopg2's cursor), so psycopg2 and psycopg 3 send the same text, nothing
   is prepared (a transaction pooler lends another server session next time), and the NOTIFY

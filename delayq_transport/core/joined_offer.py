@@ -2,11 +2,12 @@
 
 The statements and their meaning are delayq's own publish's (core/offer.py, through
 core/offer_rows.py); what differs is around them. No combiner, buffer or announcer: they
-would commit or notify on delayq's connections. The wake-up (``offer_notify``) goes in the
-same round trip as the insert, so a publish costs one round trip and no commit; the NOTIFY is
-delivered at the caller's commit. A key that exists already is replaced by the same
-compare-and-swap, inside the caller's transaction (its row lock then lasts until that
-transaction ends; consumers skip locked rows). ``durable`` does not apply: the caller's
+would commit or notify on delayq's connections. The insert carries its own wake-up
+(``announce``: a NOTIFY of the rows it created), so a publish costs one statement and no
+commit; the NOTIFY is delivered at the caller's commit, and dropped with it or its
+savepoint. A key that exists already is replaced by the same compare-and-swap, inside the
+caller's transaction (its row lock then lasts until that transaction ends; consumers skip
+locked rows). ``durable`` does not apply: the caller's
 commit decides when the row is on disk.
 """
 
@@ -35,6 +36,11 @@ class Offering(Protocol):
         """A row of ``kind`` due at ``at_ms`` was written by this process."""
 
 
+#: The insert notifies the rows it creates, in the caller's transaction (nothing pending: this
+#: process' announcer never carries over into a transaction that is not delayq's).
+_ANNOUNCE: dict[str, Any] = {"announce": True, "pending": []}
+
+
 def offer(queue: Offering, joined: Joined, params: dict[str, Any], can_update: bool,
           lead_ms: int | None) -> OfferOutcome:
     """One validated offer (``params`` of ``Offering._offer_params``) in ``joined``."""
@@ -43,8 +49,7 @@ def offer(queue: Offering, joined: Joined, params: dict[str, Any], can_update: b
     for _ in range(MAX_CAS_ATTEMPTS):
         too_close = lead_ms is not None and _too_close(queue, joined, params, lead_ms)
         if not too_close:
-            rows = joined.run(q.portable("offer_notify", "offer_insert"),
-                              dict(params, kinds=[params["kind"]], ats=[params["scheduled_at"]]))
+            rows = joined.run(q.portable("offer_insert"), dict(params, **_ANNOUNCE))
             if rows:
                 queue.lower_watermark(params["kind"], int(rows[0][0]))
                 return OfferOutcome.CREATED
@@ -70,11 +75,11 @@ def offer_batch(queue: Offering, joined: Joined, prepared: list[dict[str, Any]],
                 can_update: bool, lead_ms: int | None, chunk_size: int) -> list[OfferOutcome]:
     """Validated offers, one multi-row insert (and its wake-up) per chunk, in ``joined``."""
     joined.check_database(queue.db)
-    statement = queue.queries.portable("offer_notify", "offer_batch_insert")
+    statement = queue.queries.portable("offer_batch_insert")
     outcomes: list[OfferOutcome] = []
     for start in range(0, len(prepared), chunk_size):
         chunk = prepared[start : start + chunk_size]
-        rows = joined.run(statement, batch_params(chunk, lead_ms))
+        rows = joined.run(statement, {**batch_params(chunk, lead_ms), **_ANNOUNCE})
         outcomes += chunk_outcomes(
             chunk, rows, can_update, lambda p: offer(queue, joined, p, True, lead_ms),
             queue.lower_watermark)

@@ -21,6 +21,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from . import joined_offer
+from .announce import payloads
 from .combine import ALONE, OfferCombiner
 from .db import cursor_of
 from .errors import DatabaseError
@@ -106,16 +107,33 @@ class Offering:
 
     def _insert_one(self, durable: bool) -> Callable[[dict[str, Any]], int | None]:
         """The combiner's write of a lone offer: ``offer_insert`` on libpq (core/direct.py)."""
-        insert = self.queries.direct("offer_insert")
 
         def work(conn: psycopg.Connection[Any], params: dict[str, Any]) -> int | None:
-            at = insert.first(conn, params)
-            if at is None:
-                return None
-            self._announce_on(conn, ((params["kind"], int(at)),))
-            return int(at)
+            return self._insert_on(conn, params)
 
         return lambda params: self.db.run(partial(work, params=params), relaxed=not durable)
+
+    def _insert_on(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> int | None:
+        """``offer_insert`` committed on ``conn``: the row's ``scheduledAt``, or None when its
+        key exists. The publish that opens the announcer's window carries the wake-up in its
+        own statement (core/announce.py); the others leave theirs pending there."""
+        carried = self.announcer.take()
+        try:
+            at = self.queries.direct("offer_insert").first(
+                conn, {**params, "announce": carried is not None,
+                       "pending": payloads(carried or {})})
+            _commit(conn)
+        except BaseException:
+            if carried:
+                self.announcer.restore(carried)
+            raise
+        if at is None:
+            if carried:
+                self.announcer.restore(carried)  # nothing inserted: nothing notified either
+            return None
+        if carried is None:
+            self.announcer.note(((params["kind"], int(at)),))
+        return int(at)
 
     def _insert_many(self, durable: bool
                      ) -> Callable[[list[dict[str, Any]]], list[tuple[Any, ...]]]:
@@ -129,22 +147,23 @@ class Offering:
         statement = self.queries["offer_batch_insert"]
 
         def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            rows = cursor_of(conn).execute(statement, params).fetchall()
-            if rows:
-                self._announce_on(conn, ((r[1], r[2]) for r in rows))
+            carried = self.announcer.take()  # as in _insert_on
+            try:
+                rows = cursor_of(conn).execute(statement, {
+                    **params, "announce": carried is not None,
+                    "pending": payloads(carried or {})}).fetchall()
+                _commit(conn)
+            except BaseException:
+                if carried:
+                    self.announcer.restore(carried)
+                raise
+            if carried is None:
+                self.announcer.note((r[1], r[2]) for r in rows)
+            elif carried and not rows:
+                self.announcer.restore(carried)
             return rows
 
         return self.db.run(work, relaxed=not durable)
-
-    def _announce_on(self, conn: psycopg.Connection[Any], rows: Iterable[tuple[str, int]]
-                     ) -> None:
-        """Rows were inserted on ``conn``: commit them, then wake their consumers (at once on
-        this connection when the announcer's window is over, else later: core/announce.py)."""
-        if conn.pgconn.transaction_status != TransactionStatus.IDLE:
-            conn.commit()
-        payloads = self.announcer.due(rows)
-        if payloads:
-            self.announcer.send_on(conn, payloads)
 
     def _offer_params(
         self, key: str, payload: bytes, at: datetime | None, *, memo: MsMemo | None = None
@@ -165,12 +184,10 @@ class Offering:
         lead_ms: int | None,
     ) -> OfferOutcome:
         q = self.queries
-        insert = q.direct("offer_insert")  # once per publish: on libpq itself (core/direct.py)
         for _ in range(MAX_CAS_ATTEMPTS):
             too_close = lead_ms is not None and self._too_close(conn, params, lead_ms)
-            if not too_close and (at := insert.first(conn, params)) is not None:
-                self._announce_on(conn, ((params["kind"], int(at)),))
-                self._lower(params["kind"], int(at))
+            if not too_close and (at := self._insert_on(conn, params)) is not None:
+                self._lower(params["kind"], at)
                 return OfferOutcome.CREATED
             if not can_update:
                 return OfferOutcome.IGNORED
@@ -239,3 +256,10 @@ class Offering:
             return self._offer_on(conn, params, True, lead_ms)
 
         return self.db.run(work)
+
+
+def _commit(conn: psycopg.Connection[Any]) -> None:
+    """Commit what ``conn`` holds open (behind a transaction pooler every statement runs in a
+    transaction that :class:`~.db.Database` opened), so a failed commit is the caller's to see."""
+    if conn.pgconn.transaction_status != TransactionStatus.IDLE:
+        conn.commit()

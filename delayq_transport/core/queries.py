@@ -19,11 +19,17 @@ TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
 MIGRATIONS_TABLE = "delayq_migrations"
 #: Blocks rendered per role by :func:`grant_statements`, not per table at start-up.
 GRANT_PREFIX = "grant_"
+#: Blocks that also name the table's schema, rendered by :func:`schema_statements` when used.
+SCHEMA_PREFIX = "schema_"
 #: Blocks on django-celery-beat's tables, rendered for their schema by core/djbeat.py.
 DJBEAT_PREFIX = "djbeat_"
 _BLOCK_RE = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 #: psycopg 3's binary placeholder, which psycopg2 and client-side binding do not know.
 _BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)b")
+
+#: The comment on every table ``delayq demo`` created (core/runlog.py): only a table carrying it
+#: is the demo's own.
+DEMO_MARK = "created by `delayq demo`; `delayq --table delayq_demo uninstall` lists what it made"
 
 #: Expands ``{now}``: the injected clock if the queue has one, else the database clock.
 NOW_SQL = "COALESCE(%(now)s::bigint, (extract(epoch FROM now()) * 1000)::bigint)"
@@ -51,6 +57,16 @@ def validate_table_name(name: str) -> str:
     return name
 
 
+def revoke_function_name(table: str) -> str:
+    """The table's SECURITY DEFINER revoke function (migration 13)."""
+    return f"{table}__revoke_waiting"
+
+
+def demo_log_name(table: str) -> str:
+    """The run log ``delayq demo`` keeps next to its queue table (core/runlog.py)."""
+    return f"{table}__log"
+
+
 def runs_table_name(table: str) -> str:
     """The run ledger of a queue table (core/runs.py)."""
     return f"{table}__runs"
@@ -76,9 +92,17 @@ class Queries:
             "insert_trigger": sql.Identifier(f"{table}__notify_insert"),
             "update_trigger": sql.Identifier(f"{table}__notify_update"),
             "search_fn": sql.Identifier(f"{table}__search_text"),
+            "revoke_fn": sql.Identifier(revoke_function_name(table)),
+            "demo_log": sql.Identifier(demo_log_name(table)),
+            "demo_mark": sql.Literal(DEMO_MARK),
             "search_index": sql.Identifier(f"{table}__search_trgm"),
             "search_index_literal": sql.Literal(sql.Identifier(f"{table}__search_trgm")
                                                 .as_string(None)),
+            # Quoted function names as strings, for to_regprocedure() in catalog queries.
+            **{f"{key}_literal": sql.Literal(sql.Identifier(name).as_string(None))
+               for key, name in (("notify_fn", f"{table}__notify"),
+                                 ("revoke_fn", revoke_function_name(table)),
+                                 ("search_fn", f"{table}__search_text"))},
             "channel": sql.Identifier(channel),
             "channel_literal": sql.Literal(channel),
             # The quoted name as a string, for to_regclass() in catalog queries.
@@ -89,7 +113,7 @@ class Queries:
         self._text = {
             name: sql.SQL(text).format(**idents).as_string(None)
             for name, text in raw_queries().items()
-            if not name.startswith((GRANT_PREFIX, DJBEAT_PREFIX))
+            if not name.startswith((GRANT_PREFIX, SCHEMA_PREFIX, DJBEAT_PREFIX))
         }
         self._direct: dict[str, DirectStatement] = {}
         self._portable: dict[tuple[str, ...], str] = {}
@@ -119,8 +143,15 @@ class Queries:
 
 def grant_statements(block: str, *, table: str, role: str, schema: str) -> list[str]:
     """The GRANT statements of one ``grant_*`` block for a role, identifiers quoted."""
+    return schema_statements(GRANT_PREFIX + block, table=table, schema=schema, role=role)
+
+
+def schema_statements(block: str, *, table: str, schema: str,
+                      role: str | None = None) -> list[str]:
+    """The statements of a block that names the table's schema (and a role), quoted."""
     validate_table_name(table)
-    for what, name in (("role", role), ("schema", schema)):
+    names = {"schema": schema} if role is None else {"role": role, "schema": schema}
+    for what, name in names.items():
         if not isinstance(name, str) or not name or len(name) > 63 or "\x00" in name:
             raise InvalidInput(f"invalid {what} name {name!r}: 1-63 characters, no NUL")
     idents = {
@@ -129,9 +160,10 @@ def grant_statements(block: str, *, table: str, role: str, schema: str) -> list[
         "runs": sql.Identifier(runs_table_name(table)),
         "sequence": sql.Identifier(f"{table}_id_seq"),
         "migrations": sql.Identifier(MIGRATIONS_TABLE),
+        "revoke_fn": sql.Identifier(revoke_function_name(table)),
         "schema": sql.Identifier(schema),
-        "role": sql.Identifier(role),
     }
-    text = sql.SQL(raw_queries()[GRANT_PREFIX + block]).format(**idents).as_string(None)
+    if role is not None:
+        idents["role"] = sql.Identifier(role)
+    text = sql.SQL(raw_queries()[block]).format(**idents).as_string(None)
     return [s.strip() + ";" for s in text.split(";\n") if s.strip()]
-

@@ -14,34 +14,28 @@ SELECT {now} AS now
 -- offer_insert --
 -- Phase 1 of offer(): optimistic insert; 0 rows means the key exists. The stored scheduledAt
 -- comes back so this process's low watermark can drop below it at once. The statement marks
--- itself with its statement_timestamp, so the insert trigger's WHEN skips it (migration 5):
--- the wake-up is sent after the commit, coalesced with this process' other publishes
--- (core/announce.py). A NOTIFY inside the publishing transaction would take PostgreSQL's
--- cluster-wide notify lock from its commit until its commit record is written, so notifying
--- commits queue behind one another and cannot share a WAL flush (issue 27: 4 publishers,
--- 7,520-7,870 inserts/s without it, 3,750-4,370 with it).
+-- itself with its statement_timestamp, so the insert trigger's WHEN skips it (migration 5): the
+-- wake-up is this process' to send, at most one per short window (core/announce.py). The
+-- publish that opens a window (`announce`) carries it in this statement: a NOTIFY of its row,
+-- and of the rows (`pending`, "kind:ms") this process committed since the last one, delivered
+-- at this commit, so a wake-up costs neither a round trip nor a transaction of its own. Only
+-- that publish's commit takes PostgreSQL's notify lock (held from commit until the commit record
+-- is written, so notifying commits queue behind one another and cannot share a WAL flush: issue
+-- 27, 4 publishers, 7,520-7,870 inserts/s with no NOTIFY, 3,750-4,370 with one per commit).
 WITH ins AS (
     INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
                          "createdAt")
     VALUES (%(key)s, %(kind)s, %(payload)b, COALESCE(%(scheduled_at)s::bigint, {now}),
             COALESCE(%(scheduled_at)s::bigint, {now}), {now})
     ON CONFLICT ("pKey", "pKind") DO NOTHING
-    RETURNING "scheduledAt"
+    RETURNING "pKind", "scheduledAt"
 )
-SELECT "scheduledAt", set_config('delayq.notified_at', statement_timestamp()::text, true)
+SELECT ins."scheduledAt", set_config('delayq.notified_at', statement_timestamp()::text, true),
+       CASE WHEN %(announce)s::boolean THEN (
+           SELECT count(pg_notify({channel_literal}, p))
+           FROM unnest(array_append(%(pending)s::text[],
+                                    ins."pKind" || ':' || ins."scheduledAt")) AS p) END
 FROM ins
-
--- offer_notify --
--- core/joined.py: the wake-up of rows published in the caller's own transaction, sent inside
--- it, in the same round trip as the insert that follows it (offer_insert or
--- offer_batch_insert, which still mark themselves so the insert trigger stays quiet). So it
--- is delivered at that transaction's commit, when the rows become visible, and dropped with
--- it or with its savepoint. One notification per kind with its earliest scheduledAt, as
--- core/announce.py sends them; `now` inside the caller's transaction is its start, which is
--- also what the insert stores.
-SELECT pg_notify({channel_literal}, s.kind || ':' || min(COALESCE(s.at, {now})))
-FROM unnest(%(kinds)s::text[], %(ats)s::bigint[]) AS s(kind, at)
-GROUP BY s.kind
 
 -- offer_select_for_update --
 -- Phase 2 of offer(): lock the existing row so the compare-and-swap below cannot lose an update.
@@ -70,7 +64,8 @@ RETURNING "scheduledAt"
 -- itself); RETURNING names the keys that were created, every other key already existed (or
 -- repeats within the batch). Rows closer to now than `min_lead_ms` are not inserted
 -- (CronService: a late installer must not revive a fired tick). Skips the insert trigger as
--- offer_insert does: the caller announces the rows after the commit (core/announce.py).
+-- offer_insert does, and carries this process' wake-up the same way when `announce`: the
+-- earliest created row per kind and the rows `pending`, notified at this commit.
 WITH ins AS (
     INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
                          "createdAt")
@@ -81,10 +76,16 @@ WITH ins AS (
        OR COALESCE(s.at, {now}) > {now} + %(min_lead_ms)s::bigint
     ON CONFLICT ("pKey", "pKind") DO NOTHING
     RETURNING "pKey", "pKind", "scheduledAt"
+),
+note AS (
+    SELECT CASE WHEN %(announce)s::boolean THEN (
+        SELECT count(pg_notify({channel_literal}, w.p))
+        FROM (SELECT "pKind" || ':' || min("scheduledAt") AS p FROM ins GROUP BY "pKind"
+              UNION ALL SELECT unnest(%(pending)s::text[])) AS w) END AS n
 )
-SELECT "pKey", "pKind", "scheduledAt",
+SELECT ins."pKey", ins."pKind", ins."scheduledAt",
        set_config('delayq.notified_at', statement_timestamp()::text, true)
-FROM ins
+FROM ins CROSS JOIN note
 
 -- try_poll_many --
 -- Acquire up to `limit` due rows in one statement. Kinds are tried in the order given
@@ -222,9 +223,10 @@ WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
 DELETE FROM {table} WHERE "pKey" = %(key)s AND "pKind" = %(kind)s
 
 -- delete_waiting_by_keys --
--- Delete rows with these keys in any kind that no consumer holds (revoking scheduled tasks).
-DELETE FROM {table} WHERE "pKey" = ANY(%(keys)s::text[]) AND "lockUuid" IS NULL
-RETURNING "pKey", "pKind"
+-- Revoke scheduled tasks: delete the rows with these keys, in any kind, that no consumer holds,
+-- through the table's revoke function (migration 13), so a role with no DELETE on the table
+-- (a producer) may revoke what it names and nothing more.
+SELECT "pKey", "pKind" FROM {revoke_fn}(%(keys)s::text[])
 
 -- purge --
 -- Drop every waiting row (due or scheduled) of these kinds; rows in flight stay.
@@ -392,6 +394,20 @@ SELECT "version" FROM {migrations} WHERE "tableName" = %(table_name)s
 -- Remember that a version was applied.
 INSERT INTO {migrations} ("tableName", "version") VALUES (%(table_name)s, %(version)s)
 ON CONFLICT DO NOTHING
+
+-- table_schema --
+-- The schema holding the queue table, for objects whose body must name it (migration 13).
+SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.oid = {table_literal}::regclass
+
+-- table_insert_grantees --
+-- Roles (not PUBLIC, not the owner) that may INSERT into the queue table: they may publish, so
+-- migration 13 lets them revoke too (least privilege kept; see schema_revoke_function).
+SELECT DISTINCT r.rolname
+FROM pg_class AS c CROSS JOIN LATERAL aclexplode(c.relacl) AS a
+JOIN pg_roles AS r ON r.oid = a.grantee
+WHERE c.oid = {table_literal}::regclass AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
+ORDER BY 1
 
 -- table_persistence --
 -- 'p' (logged) or 'u' (unlogged) for the queue table: the opt-in unlogged mode (issue 11).
@@ -904,21 +920,133 @@ SELECT (SELECT count(*) FROM claim) AS claimed, ARRAY(SELECT "pKey" FROM ins) AS
 -- Statements of the demo (`delayq demo`): its Celery app logs each run of its tasks so the
 -- live view can show scheduled -> running -> done. Not part of the queue.
 
--- runlog_reset --
--- Start the demo's run log afresh.
-DROP TABLE IF EXISTS delayq_demo_runs;
-CREATE TABLE delayq_demo_runs (
+-- demo_claim --
+-- `delayq demo` runs one at a time per database: a session advisory lock held while it runs.
+SELECT pg_try_advisory_lock(%(lock_key)s)
+
+-- demo_table_marks --
+-- Which of the demo's table names exist here, and whether each carries the demo's mark (a
+-- table of that name the demo did not create is refused, never reused).
+SELECT n.name, obj_description(to_regclass(quote_ident(n.name)), 'pg_class')
+               IS NOT DISTINCT FROM {demo_mark} AS ours
+FROM unnest(%(names)s::text[]) AS n(name)
+WHERE to_regclass(quote_ident(n.name)) IS NOT NULL
+
+-- demo_mark_tables --
+-- Mark the tables the demo created (its queue table, bindings, run ledger and run log).
+COMMENT ON TABLE {table} IS {demo_mark};
+COMMENT ON TABLE {bindings} IS {demo_mark};
+COMMENT ON TABLE {runs} IS {demo_mark};
+COMMENT ON TABLE {demo_log} IS {demo_mark}
+
+-- runlog_create --
+-- The demo's run log, next to its queue table.
+CREATE TABLE IF NOT EXISTS {demo_log} (
     task_id TEXT NOT NULL, attempt INT NOT NULL, state TEXT NOT NULL,
     at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (task_id, attempt, state))
 
+-- runlog_reset --
+-- Start the demo's run log afresh (its own table: checked to carry the demo's mark first).
+DELETE FROM {demo_log}
+
 -- runlog_record --
 -- One step of one run of a demo task (running, retrying, done).
-INSERT INTO delayq_demo_runs (task_id, attempt, state) VALUES (%(task_id)s, %(attempt)s, %(state)s)
+INSERT INTO {demo_log} (task_id, attempt, state) VALUES (%(task_id)s, %(attempt)s, %(state)s)
 ON CONFLICT DO NOTHING
 
 -- runlog_list --
 -- Every step so far, oldest first (the view keeps each task's latest).
-SELECT task_id, state, at FROM delayq_demo_runs ORDER BY at
+SELECT task_id, state, at FROM {demo_log} ORDER BY at
+
+-- Statements of `delayq uninstall` (core/uninstall.py): it lists, then drops, only what delayq
+-- created for one queue table, by exact name, and refuses while anything else is attached.
+
+-- uninstall_relations --
+-- Which of these names are relations here: name, kind, estimated rows, demo mark.
+SELECT n.name, c.relkind::text, greatest(c.reltuples, 0)::bigint AS rows_estimate,
+       obj_description(c.oid, 'pg_class') IS NOT DISTINCT FROM {demo_mark} AS demo_marked
+FROM unnest(%(names)s::text[]) WITH ORDINALITY AS n(name, ord)
+JOIN pg_class AS c ON c.oid = to_regclass(quote_ident(n.name))
+ORDER BY n.ord
+
+-- uninstall_queue_rows --
+-- The queue table's rows (every task uninstall would drop), counted up to a cap.
+SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT %(cap)s) AS s
+
+-- uninstall_attached --
+-- Indexes and (user) triggers on these tables, each with its table: what DROP TABLE removes too.
+SELECT 'index' AS kind, i.relname::text AS name, t.relname::text AS on_table
+FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid JOIN pg_class AS t ON t.oid = x.indrelid
+WHERE x.indrelid = ANY(ARRAY(SELECT to_regclass(quote_ident(n)) FROM unnest(%(tables)s::text[]) AS n))
+UNION ALL
+SELECT 'trigger', g.tgname::text, t.relname::text
+FROM pg_trigger AS g JOIN pg_class AS t ON t.oid = g.tgrelid
+WHERE NOT g.tgisinternal
+  AND g.tgrelid = ANY(ARRAY(SELECT to_regclass(quote_ident(n)) FROM unnest(%(tables)s::text[]) AS n))
+ORDER BY 3, 1, 2
+
+-- uninstall_functions --
+-- The table's functions that exist: the NOTIFY trigger's, the revoke function, the search one.
+SELECT f::regprocedure::text FROM unnest(ARRAY[
+    to_regprocedure({notify_fn_literal} || '()'),
+    to_regprocedure({revoke_fn_literal} || '(text[])'),
+    to_regprocedure({search_fn_literal} || '(bytea)')]) AS f
+WHERE f IS NOT NULL
+
+-- uninstall_other_tables --
+-- Queue tables other than this one that the ledger records: the shared tables stay for them.
+SELECT DISTINCT "tableName" FROM {migrations} WHERE "tableName" <> %(table_name)s ORDER BY 1
+
+-- uninstall_drop_tables --
+-- The queue table (its indexes, triggers and id sequence go with it), bindings and run ledger.
+-- No CASCADE: a view or foreign key of the user's on them makes this fail, and nothing drops.
+DROP TABLE IF EXISTS {table}, {bindings}, {runs}
+
+-- uninstall_drop_demo_log --
+-- The run log `delayq demo` created next to its table (dropped only when it carries the mark).
+DROP TABLE IF EXISTS {demo_log}
+
+-- uninstall_drop_functions --
+-- The table's functions, once nothing depends on them.
+DROP FUNCTION IF EXISTS {notify_fn}(), {revoke_fn}(text[]), {search_fn}(bytea)
+
+-- uninstall_forget_ledger --
+-- The table's rows in the migrations ledger.
+DELETE FROM {migrations} WHERE "tableName" = %(table_name)s
+
+-- uninstall_forget_beat --
+-- The table's beat entries and installed-entry ledger rows.
+WITH entries AS (DELETE FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s)
+DELETE FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s
+
+-- uninstall_drop_shared --
+-- The tables every queue table of the database shares, once no queue table is left.
+DROP TABLE IF EXISTS {migrations}, "delayq_beat_entries", "delayq_beat_installed"
+
+-- Blocks named schema_* take {schema} (the queue table's schema) and, for grants, {role} as
+-- extra identifiers, like the grant_* blocks below; core/schema.py renders them at migration.
+
+-- schema_revoke_function --
+-- Migration 13: revoke a waiting task by its key. SECURITY DEFINER: it runs as the table's
+-- owner, so a producer, which has no DELETE on the table, may delete a row it names and
+-- nothing more: exact keys only (no pattern), only rows no consumer holds ("lockUuid" IS NULL,
+-- re-checked under the row lock if a worker leases it meanwhile), only in this table (its
+-- name and schema are fixed in the body, the search_path is pinned so no object of the
+-- caller's can stand in). PUBLIC may not execute it; the roles that may are granted below.
+CREATE OR REPLACE FUNCTION {schema}.{revoke_fn}(keys text[])
+RETURNS TABLE ("pKey" text, "pKind" text)
+LANGUAGE sql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DELETE FROM {schema}.{table} AS t
+WHERE t."pKey" = ANY(keys) AND t."lockUuid" IS NULL
+RETURNING t."pKey"::text, t."pKind"::text
+$fn$;
+REVOKE ALL ON FUNCTION {schema}.{revoke_fn}(text[]) FROM PUBLIC
+
+-- schema_revoke_grant --
+-- Migration 13: a role that may INSERT (publish) may revoke a waiting task by key.
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- Least-privilege GRANTs printed by `delayq grants` (never run by delayq itself). Blocks named
 -- grant_* take {role} and {schema} as extra identifiers; see docs/how-to/roles.md.
@@ -938,7 +1066,8 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table}, {schema}.{bindings} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
-GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role}
+GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- grant_beat --
 -- celery beat with the delayq scheduler (run it as the worker role): its two state tables.
@@ -947,14 +1076,16 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_beat_entries", {schema}
 -- grant_producer --
 -- Applications that only publish (apply_async): INSERT rows, read the queue size kombu asks for
 -- on every queue declaration (SELECT), declare bindings (no DELETE), read the ledger. Without
--- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows. Spark jobs (often
--- run as a producer) record applied parts in the run ledger and prune it (DELETE there only).
+-- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows; revoking a waiting
+-- task it names goes through the revoke function (EXECUTE). Spark jobs (often run as a
+-- producer) record applied parts in the run ledger and prune it (DELETE there only).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT ON {schema}.{table} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.{bindings} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
-GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role}
+GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- grant_monitor --
 -- `delayq status` / `delayq metrics` for a dashboard or Prometheus: read-only (the beat tables too:

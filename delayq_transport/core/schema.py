@@ -18,7 +18,13 @@ import psycopg
 
 from .db import Database
 from .errors import PermissionDenied, SchemaMissing
-from .queries import MIGRATIONS_TABLE, Queries, runs_table_name, validate_table_name
+from .queries import (
+    MIGRATIONS_TABLE,
+    Queries,
+    runs_table_name,
+    schema_statements,
+    validate_table_name,
+)
 
 if TYPE_CHECKING:  # SQLAlchemy is imported when a table is declared: `delayq status` and
     # workers whose schema is current never need it (it was ~0.2-0.6 s of every CLI start).
@@ -106,11 +112,41 @@ def ddl(table: Table) -> list[str]:
     return statements
 
 
+#: PostgreSQL's table lock modes, weakest first; "none": no lock on any table that existed
+#: before the migration (it only creates objects).
+LOCK_MODES = ("none", "ACCESS SHARE", "ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE",
+              "SHARE", "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE")
+#: What a migration holding each lock keeps waiting until it commits (docs/how-to/upgrade.md).
+LOCK_BLOCKS = {
+    "none": "nothing",
+    "ROW EXCLUSIVE": "nothing delayq runs (only DDL that takes SHARE or stronger)",
+    "SHARE UPDATE EXCLUSIVE": "no reads or writes; VACUUM, ANALYZE and other schema changes wait",
+    "SHARE ROW EXCLUSIVE": "publishes, polls, acks and lease updates; reads go on",
+    "ACCESS EXCLUSIVE": "everything on the table, reads included",
+}
+
+
 @dataclass(frozen=True)
 class Migration:
+    """One numbered schema change, with what an operator needs to plan it (docs/how-to/
+    upgrade.md is checked against these fields; tests/integration/test_migration_locks.py
+    checks ``lock`` and ``rewrites`` against PostgreSQL itself)."""
+
     version: int
     description: str
     apply: Callable[[psycopg.Connection[Any], Queries], None]
+    #: The strongest lock taken on a table that existed before it (one of LOCK_MODES), held
+    #: until the migration's transaction commits.
+    lock: str
+    #: Whether it rewrites the queue table (a new copy of every row: time and disk grow with
+    #: the table, under its lock).
+    rewrites: bool = False
+    #: The table that ``lock`` is on, when it is not the queue table.
+    lock_on: str = "the queue table"
+
+    def __post_init__(self) -> None:
+        if self.lock not in LOCK_BLOCKS:
+            raise ValueError(f"migration {self.version}: unknown lock {self.lock!r}")
 
 
 def _create_queue_table(conn: psycopg.Connection[Any], q: Queries) -> None:
@@ -183,27 +219,47 @@ def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
             conn.execute(statement)
 
 
-
 def _ledger_first_install(conn: psycopg.Connection[Any], q: Queries) -> None:
     conn.execute(q["beat_ledger_first_install_column"])
 
 
+def _create_revoke_function(conn: psycopg.Connection[Any], q: Queries) -> None:
+    """The table's revoke function, executable by the roles that may already publish (INSERT)
+    into it, so revoking works after the upgrade without re-running ``delayq grants``."""
+    row = conn.execute(q["table_schema"]).fetchone()
+    assert row is not None
+    schema = str(row[0])
+    for statement in schema_statements("schema_revoke_function", table=q.table, schema=schema):
+        conn.execute(statement)
+    for (role,) in conn.execute(q["table_insert_grantees"]).fetchall():
+        for statement in schema_statements("schema_revoke_grant", table=q.table, schema=schema,
+                                           role=str(role)):
+            conn.execute(statement)
+
+
 #: Applied in order; never edit a released migration, add a new one.
 MIGRATIONS: list[Migration] = [
-    Migration(1, "delayed_queue table and the three indexes of internals.md", _create_queue_table),
-    Migration(2, "NOTIFY wake-ups on insert and on release", _create_notify_triggers),
-    Migration(3, "exchange bindings shared across processes", _create_bindings_table),
-    Migration(4, "per-table autovacuum settings for a churning queue", _queue_autovacuum),
+    Migration(1, "delayed_queue table and the three indexes of internals.md", _create_queue_table,
+              lock="none"),
+    Migration(2, "NOTIFY wake-ups on insert and on release", _create_notify_triggers,
+              lock="SHARE ROW EXCLUSIVE"),
+    Migration(3, "exchange bindings shared across processes", _create_bindings_table,
+              lock="none"),
+    Migration(4, "per-table autovacuum settings for a churning queue", _queue_autovacuum,
+              lock="SHARE UPDATE EXCLUSIVE"),
     Migration(5, "insert trigger skips publishes that sent their own NOTIFY",
-              _skip_notify_of_self_notifying_inserts),
+              _skip_notify_of_self_notifying_inserts, lock="ACCESS EXCLUSIVE"),
     Migration(6, "fillfactor 50: a lease's new row version stays on its page (less WAL)",
-              _queue_fillfactor),
+              _queue_fillfactor, lock="SHARE UPDATE EXCLUSIVE"),
     Migration(10, "delayq_beat: DB-backed entries and installed-entry ledger",
-              create_periodic_tables),
+              create_periodic_tables, lock="none"),
     Migration(11, "run ledger: applied parts of Spark runs and stream micro-batches",
-              _create_runs_table),
+              _create_runs_table, lock="none"),
     Migration(12, "scheduling ledger: when each entry was first installed (interval anchors, "
-              "one-offs)", _ledger_first_install),
+              "one-offs)", _ledger_first_install, lock="ACCESS EXCLUSIVE",
+              lock_on=INSTALLED_TABLE),
+    Migration(13, "revoke function: a role without DELETE revokes a waiting task by key",
+              _create_revoke_function, lock="ROW EXCLUSIVE"),
 ]
 
 
@@ -223,16 +279,20 @@ def _lock_key(table: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def _serialise(conn: psycopg.Connection[Any], q: Queries) -> None:
+def serialise_schema_work(conn: psycopg.Connection[Any], q: Queries, *,
+                          lock_timeout: str | None = None) -> None:
     """Take the migrations' advisory lock in this transaction, under limits fit for schema
-    work whatever the role's (``migrations_limits``: no statement_timeout, the role's
-    lock_timeout for the DDL only).
+    work whatever the role's (``migrations_limits``: no statement_timeout; for the DDL, the
+    role's lock_timeout unless ``lock_timeout`` is given).
 
     One lock for every table: they share the ledger, whose CREATE TABLE IF NOT EXISTS races
     (duplicate pg_type) when two tables migrate at once on a fresh database."""
     row = conn.execute(q["migrations_limits"]).fetchone()
     conn.execute(q["migrations_lock"], {"lock_key": _lock_key(MIGRATIONS_TABLE)})
-    conn.execute(q["migrations_lock_timeout"], {"lock_timeout": row[0] if row else "0"})
+    if lock_timeout is None:
+        lock_timeout = row[0] if row else "0"
+    conn.execute(q["migrations_lock_timeout"], {"lock_timeout": lock_timeout})
+
 
 
 def migrate(db: Database, table: str) -> list[int]:
@@ -241,7 +301,7 @@ def migrate(db: Database, table: str) -> list[int]:
 
     def work(conn: psycopg.Connection[Any]) -> list[int]:
         with conn.transaction():
-            _serialise(conn, q)
+            serialise_schema_work(conn, q)
             conn.execute(q["migrations_ensure"])
             done = {row[0] for row in conn.execute(q["migrations_applied"], {"table_name": table})}
             applied = []
@@ -325,7 +385,7 @@ def set_unlogged(db: Database, table: str, unlogged: bool) -> bool:
         if current(conn) == want:
             return False
         with conn.transaction():
-            _serialise(conn, q)
+            serialise_schema_work(conn, q)
             if current(conn) == want:
                 return False
             log.warning("delayq: making table %s %s", table,

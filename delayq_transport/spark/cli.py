@@ -20,14 +20,18 @@ if TYPE_CHECKING:
     from .read import QueueReport
 
 
+#: What the ``spark`` extra installs and the Spark modules import.
+SPARK_EXTRA_MODULES = ("pyspark", "pyarrow", "pandas", "numpy")
+
+
 def _spark_module() -> Any:
     try:
-        from . import read, session  # noqa: F401  (imports pyspark)
+        from . import read, session  # noqa: F401  (imports pyspark and pyarrow)
     except ImportError as exc:
-        if exc.name is None or not exc.name.startswith("pyspark"):
+        if exc.name is None or exc.name.split(".")[0] not in SPARK_EXTRA_MODULES:
             raise
         raise click.ClickException(
-            "pyspark is not installed: pip install 'delayq[spark]'") from exc
+            f"{exc.name} is not installed: pip install 'delayq[spark]'") from exc
     from .. import spark
 
     return spark

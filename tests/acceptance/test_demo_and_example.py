@@ -8,17 +8,41 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
+
+from .celery_app import mark
 from .conftest import CeleryProcess, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_delayq_demo_runs_to_completion(database_url):
+def _snapshot(database_url: str) -> dict[str, list[tuple]]:
+    """Every row of the user's queue table, its bindings and the user's own tables."""
+    with psycopg.connect(database_url) as conn:
+        return {table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+                for table in ("delayed_queue", "delayed_queue__bindings", "delayq_demo_runs",
+                              "delayq_demo_archive")}
+
+
+def test_delayq_demo_runs_to_completion_and_touches_nothing_it_did_not_create(database_url,
+                                                                               producer):
+    """Pointed at a database in use, the demo leaves every row it did not create as it was:
+    50 one-hour countdowns and 3 due tasks on `celery`, the bindings, and the user's tables
+    named like the demo's (`delayq_demo_runs` is what an earlier demo dropped and re-created)."""
+    countdowns = [mark.apply_async((f"real {i}",), countdown=3600) for i in range(50)]
+    due = [mark.apply_async((f"due {i}",)) for i in range(3)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for table in ("delayq_demo_runs", "delayq_demo_archive"):
+            conn.execute(f"CREATE TABLE {table} (task_id text PRIMARY KEY, note text)")
+            conn.execute(f"INSERT INTO {table} VALUES ('mine', 'the user''s row')")
+    before = _snapshot(database_url)
+    assert len(before["delayed_queue"]) == len(countdowns) + len(due)
     proc = subprocess.run(
         [sys.executable, "-m", "delayq_transport", "-d", database_url, "demo"],
         capture_output=True, text=True, timeout=180, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _snapshot(database_url) == before  # same ids, keys, payloads, times, no lease
     assert "6/6 tasks done" in proc.stdout
     assert "started after due" in proc.stdout  # the column compares start with due, not finish
     found = re.search(r"each started (\d+)-(\d+) ms after it was due",

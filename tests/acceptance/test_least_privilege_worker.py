@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 
+from _celery_apps import close_connections
 from _pg_roles import roles
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -47,3 +48,32 @@ def test_apply_async_and_worker_with_dml_only_roles(database_url, producer, star
         worker.stop()
         producer._pool and producer._pool.force_close_all()
     assert "permission denied" not in log.lower(), log[-3000:]
+
+
+def test_control_revoke_of_a_waiting_task_under_each_role(database_url, producer):
+    """``app.control.revoke`` as a web process calls it: under the producer role (no DELETE
+    on the table) and the worker role the waiting task's row is gone when it returns; the
+    read-only monitor role is refused and nothing is deleted."""
+    from delayq_transport import DelayedQueue
+
+    with roles(database_url, "producer", "worker", "monitor") as urls, \
+            DelayedQueue(database_url, kind="celery") as admin:
+        for profile in ("producer", "worker"):
+            producer.conf.broker_url = broker_url(urls[profile])
+            result = mark.apply_async((profile,), countdown=3600)
+            kept = mark.apply_async((f"{profile} kept",), countdown=3600)
+            assert admin.get(result.id) is not None
+            producer.control.revoke(result.id)
+            assert admin.get(result.id) is None, profile
+            assert admin.get(kept.id) is not None, profile
+            close_connections(producer)  # the next profile connects afresh
+        producer.conf.broker_url = broker_url(urls["monitor"])
+        doomed = admin.get(kept.id)
+        try:
+            producer.control.revoke(kept.id)
+        except Exception as exc:  # the role may not publish the broadcast either
+            assert "permission denied" in str(exc).lower(), exc
+        else:
+            raise AssertionError("the monitor role revoked a task")
+        assert admin.get(kept.id) == doomed
+        close_connections(producer)

@@ -7,10 +7,12 @@ import subprocess
 import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import psycopg
 
 from delayq_transport import DelayedQueue, Offer
+from delayq_transport.core.db import Database
 from delayq_transport.core.queries import Queries, notify_channel
 
 WAIT_S = 10.0
@@ -86,4 +88,44 @@ def test_pending_wakeups_are_sent_before_the_process_exits(database_url: str) ->
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60, env=env)
     assert sorted(notes.until(["x:1000000", "y:999000"])) == ["x:1000000", "y:999000"]
+    notes.conn.close()
+
+
+def test_the_publish_that_opens_a_window_carries_its_wakeup_in_one_round_trip(
+        database_url: str, tmp_path: Path) -> None:
+    """No statement of its own for the wake-up: the publish's one statement notifies, in the
+    publish's transaction (libpq's protocol trace of the publishing connection shows it)."""
+    notes = Notes(database_url)
+    with Database(database_url, max_size=1) as db, \
+            DelayedQueue(db, kind="k", relaxed_consumer_commits=True) as q:
+        q.offer("warm", b"", None, durable=False)  # prepares the statement
+        notes.until([f"k:{q.get('warm').scheduled_at_ms}"])
+        q.announcer.window_s = 0.0  # every publish opens a window
+        conn = db.relaxed_pool.getconn()
+        trace = tmp_path / "trace"
+        with open(trace, "w") as out:
+            conn.pgconn.trace(out.fileno())
+            db.relaxed_pool.putconn(conn)
+            q.offer("a", b"", None, durable=False)
+            conn.pgconn.untrace()
+        # PQtrace: [timestamp] direction length message; "F": frontend, what we sent.
+        fields = [line.split("\t") for line in trace.read_text().splitlines()]
+        sent = [f[f.index("F") + 2].split(" ")[0] for f in fields if "F" in f]
+        assert sent.count("Sync") == 1, sent
+        assert notes.until([f"k:{q.get('a').scheduled_at_ms}"])
+    notes.conn.close()
+
+
+def test_wakeups_a_publish_carried_come_back_when_it_inserts_nothing(database_url: str) -> None:
+    """A publish whose key exists commits no row; the wake-ups pending in this process that it
+    was to carry are sent all the same (by the announcer, once its window is over)."""
+    notes = Notes(database_url)
+    with DelayedQueue(database_url, kind="k") as q:
+        q.offer("exists", b"", None)
+        notes.until([f"k:{q.get('exists').scheduled_at_ms}"])
+        q.announcer.window_s = 60.0
+        q.announcer.note([("p", 7)])  # committed earlier, waiting for the window's end
+        q.announcer.window_s = 0.0
+        q.offer("exists", b"", None, can_update=False)  # carries p:7, inserts nothing
+        assert "p:7" in notes.until(["p:7"])
     notes.conn.close()

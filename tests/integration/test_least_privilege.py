@@ -47,6 +47,10 @@ def test_grants_are_quoted_and_name_only_what_each_role_needs() -> None:
     assert "CREATE" not in producer
     assert 'GRANT SELECT, INSERT ON "public"."delayed_queue" TO "p"' in producer
     assert 'CREATE ON SCHEMA "public"' in grant_text("admin", "a")
+    # Revoking a waiting task goes through the revoke function, never a DELETE on the table.
+    execute = 'GRANT EXECUTE ON FUNCTION "public"."delayed_queue__revoke_waiting"(text[])'
+    assert execute in producer and execute in worker
+    assert "EXECUTE" not in grant_text("monitor", "m")
     result = CliRunner().invoke(main, ["grants", "--role", "x", "--as", "root"])
     assert result.exit_code != 0
 
@@ -84,12 +88,74 @@ def test_producer_publishes_but_cannot_take_or_delete(urls: dict[str, str],
         q.offer("p3", b"3")
         assert q.count_due() == 3
         for forbidden in (lambda: q.try_poll_many(1), lambda: q.purge(),
-                          lambda: q.delete("p1"), lambda: q.delete_waiting(["p1"])):
+                          lambda: q.delete("p1")):
             with pytest.raises(PermissionDenied):
                 forbidden()
     with DelayedQueue(database_url, kind="celery") as admin:
         assert admin.count_waiting() == 3, "nothing was taken or deleted"
+    with psycopg.connect(urls["producer"], autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute('DELETE FROM delayed_queue WHERE "pKey" = %s', ("p1",))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute('UPDATE delayed_queue SET "scheduledAt" = 0')
     _cannot_run_ddl(urls["producer"])
+
+
+@pytest.mark.parametrize("profile", ["producer", "worker"])
+def test_revoke_deletes_only_the_waiting_rows_named(urls: dict[str, str], database_url: str,
+                                                    profile: str) -> None:
+    """What ``app.control.revoke`` runs (the revoke function of migration 13): a role without
+    DELETE on the table removes the waiting rows it names, exactly, in this table only, and
+    never a row a consumer holds, whatever objects of its own it puts on its search_path."""
+    with DelayedQueue(database_url, kind="celery", acquire_timeout=60) as admin, \
+            DelayedQueue(database_url, kind="billing") as billing:
+        later = admin.now() + timedelta(hours=1)
+        admin.offer_batch([(k, b"x", later) for k in ("gone", "kept", "p_1")])
+        admin.offer("held", b"h")
+        assert [e.key for e in admin.try_poll_many(1)] == ["held"]
+        billing.offer("other", b"o", later)
+        with psycopg.connect(urls[profile], autocommit=True) as conn:  # a decoy of its own
+            conn.execute("CREATE TEMP TABLE delayed_queue (LIKE public.delayed_queue)")
+            conn.execute("INSERT INTO delayed_queue VALUES (1, 'kept', 'celery', '', 1, 1, "
+                         "NULL, 1)")
+            with DelayedQueue(urls[profile], kind="celery") as q:
+                assert q.delete_waiting(["gone", "held", "p%", "p_", "nobody"]) == \
+                    [("gone", "celery")]
+                assert q.delete_waiting(["other"]) == [("other", "billing")]
+            assert conn.execute("SELECT count(*) FROM pg_temp.delayed_queue").fetchone() == (1,)
+        assert admin.get("gone") is None and billing.get("other") is None
+        for key in ("kept", "p_1", "held"):
+            assert admin.get(key) is not None, key
+        assert admin.count_waiting() == 2  # kept, p_1: the held row is not waiting
+
+
+def test_revoke_needs_its_grant(urls: dict[str, str], database_url: str) -> None:
+    """PUBLIC may not execute the revoke function: the monitor role (read-only) cannot."""
+    with DelayedQueue(database_url, kind="celery") as admin:
+        admin.offer("k", b"x", admin.now() + timedelta(hours=1))
+    with DelayedQueue(urls["monitor"], kind="celery") as q:
+        with pytest.raises(PermissionDenied):
+            q.delete_waiting(["k"])
+    with DelayedQueue(database_url, kind="celery") as admin:
+        assert admin.get("k") is not None
+
+
+def test_migration_13_lets_roles_that_publish_revoke(database_url: str) -> None:
+    """Upgrading: roles granted before the revoke function existed (INSERT on the table, as
+    `delayq grants` printed then) may revoke once `delayq migrate` ran; a read-only role not."""
+    with roles(database_url, "producer", "monitor") as urls:
+        with psycopg.connect(database_url, autocommit=True) as conn:  # back to version 12
+            conn.execute("DROP FUNCTION delayed_queue__revoke_waiting(text[])")  # and its grants
+            conn.execute('DELETE FROM delayq_migrations WHERE "version" = 13')
+        with Database(database_url) as db:
+            assert migrate(db, "delayed_queue") == [13]
+        with DelayedQueue(database_url, kind="celery") as admin:
+            admin.offer("k", b"x", admin.now() + timedelta(hours=1))
+        with DelayedQueue(urls["monitor"], kind="celery") as q:
+            with pytest.raises(PermissionDenied):
+                q.delete_waiting(["k"])
+        with DelayedQueue(urls["producer"], kind="celery") as q:
+            assert q.delete_waiting(["k"]) == [("k", "celery")]
 
 
 @pytest.mark.parametrize("profile", ["producer", "worker"])

@@ -54,7 +54,8 @@ def _blocks(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -
 
 def _round(conn: psycopg.Connection[Any], q: Queries) -> dict[str, int]:
     """One publish, poll (4 rows), lease extension and ack, each for real (autocommit)."""
-    base = {"now": None, "kind": KIND, "payload": b"x" * 600, "scheduled_at": None}
+    base = {"now": None, "kind": KIND, "payload": b"x" * 600, "scheduled_at": None,
+            "announce": False, "pending": []}
     out = {"publish": _blocks(conn, q["offer_insert"], {**base, "key": str(uuid.uuid4())})}
     for _ in range(3):  # the poll below takes 4
         conn.execute(q["offer_insert"], {**base, "key": str(uuid.uuid4())})

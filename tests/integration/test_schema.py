@@ -242,9 +242,11 @@ def test_hot_path_plans_made_on_an_empty_table_still_use_an_index(database_url: 
     ("try_poll_many", "delayed_queue__KindPlusScheduledAtIndex"),
     ("probe_below_watermark", "delayed_queue__KindPlusScheduledAtIndex"),
     ("ack", "delayed_queue__LockUuidPlusIdIndex"),
-    ("ack_many", "delayed_queue__LockUuidPlusIdIndex"),
+    # PostgreSQL 18 reaches these two through the primary key on "id" = ANY(ids), as bounded
+    # (PostgreSQL 15 through the lock index); both are one index probe per id.
+    ("ack_many", "delayed_queue__LockUuidPlusIdIndex|delayed_queue_pkey"),
     ("extend_lease", "delayed_queue__LockUuidPlusIdIndex"),
-    ("release", "delayed_queue__LockUuidPlusIdIndex"),
+    ("release", "delayed_queue__LockUuidPlusIdIndex|delayed_queue_pkey"),
     ("offer_select_for_update", "delayed_queue__PKeyPlusKindUniqueIndex"),
     ("offer_cas_update", "delayed_queue__PKeyPlusKindUniqueIndex"),
 ])
@@ -265,7 +267,7 @@ def test_hot_path_generic_plans_use_their_index(database_url: str, statement: st
     on_queue = [(n["Node Type"], n.get("Index Name")) for n in plan_nodes(plan)
                 if n.get("Relation Name") == "delayed_queue"]
     assert ("Seq Scan", None) not in on_queue, json.dumps(plan, indent=1)
-    assert any(name == index for _, name in on_queue), on_queue
+    assert any(name in index.split("|") for _, name in on_queue), on_queue
 
 
 @pytest.mark.parametrize("statement", ["try_poll_many", "probe_below_watermark"])
@@ -389,7 +391,8 @@ def test_every_insert_path_notifies_once(database_url: str) -> None:
         def offer_then_raw_in_one_transaction() -> None:
             with conn.transaction():
                 conn.execute(q["offer_insert"], {"key": "t1", "kind": "test", "payload": b"",
-                                                 "scheduled_at": 21, "now": None})
+                                                 "scheduled_at": 21, "now": None,
+                                                 "announce": False, "pending": []})
                 raw_insert(conn, "delayed_queue", "t2", "test", 22)
         assert notes_after(offer_then_raw_in_one_transaction) == ["test:22"]
         assert notes_after(lambda: dq.offer("a", b"", None, can_update=False)) == [], \
@@ -431,7 +434,8 @@ def test_offer_statement_does_not_call_the_trigger(database_url: str) -> None:
 
         with conn.transaction():
             conn.execute(q["offer_insert"], {"key": "o", "kind": "test", "payload": b"",
-                                             "scheduled_at": 5, "now": None})
+                                             "scheduled_at": 5, "now": None,
+                                             "announce": False, "pending": []})
             assert calls() == 0
             raw_insert(conn, "delayed_queue", "r", "test", 6)
             assert calls() == 1

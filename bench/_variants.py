@@ -1,0 +1,174 @@
+"""A/B variants of delayq inside one ``bench_celery.py`` run, rounds interleaved.
+
+A mechanism is judged against the revision before it on the same machine in the same run: a
+shared machine drifts by more than most mechanisms are worth between two runs. So besides the
+plain broker names, ``--brokers`` takes
+
+- ``delayq@REV`` (and ``delayq_durable@REV``): the producers and the worker import delayq from
+  ``REV`` (any git revision: a commit, a branch, a tag), exported with ``git archive`` into a
+  temporary directory that is removed when the run ends (the repository and its worktrees are
+  not touched). Only the library comes from ``REV``: the harness and the app are this checkout's;
+- ``delayq~NAME=VALUE`` (repeatable, also after ``@REV``): a transport option on top of the
+  broker's own, the value read as JSON when it parses (``~durable_acks=true``), else as text.
+
+Worker and producer processes check at start that they import delayq from where they should.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import BENCH_DIR, REPO_ROOT
+
+_SPEC = re.compile(r"^(?P<base>delayq(?:_durable)?)(?:@(?P<rev>[\w./-]+))?"
+                   r"(?P<opts>(?:~\w+=[^~]*)*)$")
+#: Set in a variant's environment: the directory its processes must import delayq from.
+ROOT_ENV = "BENCH_DELAYQ_ROOT"
+_TREES: dict[str, Path] = {}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A broker name of the form above, taken apart."""
+
+    base: str
+    rev: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def parse(name: str) -> Variant | None:
+    """The variant ``name`` spells, or None when it is a plain broker name."""
+    match = _SPEC.match(name)
+    if match is None or (not match["rev"] and not match["opts"]):
+        return None
+    options: dict[str, Any] = {}
+    for item in match["opts"].split("~")[1:]:
+        key, _, raw = item.partition("=")
+        try:
+            options[key] = json.loads(raw)
+        except ValueError:
+            options[key] = raw
+    return Variant(match["base"], match["rev"], options)
+
+
+def is_variant(name: str) -> bool:
+    return parse(name) is not None
+
+
+def safe_name(name: str) -> str:
+    """``name`` with what a node name, a file or a database name cannot hold replaced."""
+    return re.sub(r"[^\w.-]", "_", name)
+
+
+def source_tree(rev: str) -> Path:
+    """The library of ``rev``, exported once per run (``git archive``), removed at exit."""
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    if sha not in _TREES:
+        tree = Path(tempfile.mkdtemp(prefix=f"delayq-ab-{sha[:10]}-"))
+        archive = subprocess.run(["git", "archive", "--format=tar", sha], cwd=REPO_ROOT,
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        _TREES[sha] = tree
+    return _TREES[sha]
+
+
+@atexit.register
+def remove_trees() -> None:
+    for tree in _TREES.values():
+        shutil.rmtree(tree, ignore_errors=True)
+    _TREES.clear()
+
+
+def variant_env(env: dict[str, str], variant: Variant) -> dict[str, str]:
+    """``env`` (a broker's, from ``_celery.base_env``) with the variant's options and, for a
+    revision, a PYTHONPATH that finds that revision's delayq before this checkout's."""
+    env = dict(env)
+    options = {**json.loads(env["BENCH_TRANSPORT_OPTIONS"]), **variant.options}
+    env["BENCH_TRANSPORT_OPTIONS"] = json.dumps(options)
+    if variant.rev is not None:
+        tree = source_tree(variant.rev)
+        ours = {str(REPO_ROOT), str(REPO_ROOT) + os.sep}
+        rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                if p and p not in ours and p != str(BENCH_DIR)]
+        env["PYTHONPATH"] = os.pathsep.join([str(BENCH_DIR), str(tree), *rest])
+        env[ROOT_ENV] = str(tree)
+    return env
+
+
+@contextmanager
+def spawn_path(env: dict[str, str]) -> Iterator[None]:
+    """While a spawn pool starts its processes for ``env``: they take the parent's
+    ``sys.path``, not PYTHONPATH, so the variant's tree goes first in it meanwhile."""
+    root = env.get(ROOT_ENV)
+    if root is None:
+        yield
+        return
+    saved = list(sys.path)
+    sys.path.insert(0, root)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+def check_import(env: dict[str, str] | None = None) -> str:
+    """Where this process imported delayq from; raises when a variant's process did not
+    import it from the variant's tree (a measurement of the wrong code is worse than none)."""
+    import delayq_transport
+
+    where = str(Path(delayq_transport.__file__).resolve().parent.parent)
+    root = (env or os.environ).get(ROOT_ENV)
+    if root is not None and Path(where) != Path(root).resolve():
+        raise RuntimeError(f"variant process imported delayq from {where}, not {root}")
+    return where
+
+
+_CPU_PARTS = ("producers_us", "worker_main_us", "worker_pool_us", "server_us", "pg_aux_us")
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def ab_rows(results: dict[str, Any], brokers: list[str], phase: str) -> list[list[str]]:
+    """One row per broker of a throughput phase: the median rate (every round's), its ratio to
+    the first broker's, and each side's CPU per task, the median over the rounds."""
+    rows = []
+    base = (results.get(brokers[0], {}).get(phase) or {}).get("tasks_per_s")
+    for broker in brokers:
+        got = results.get(broker, {}).get(phase) or {}
+        rate = got.get("tasks_per_s")
+        if rate is None:
+            rows.append([broker, phase, got.get("error", "—")] + [""] * 8)
+            continue
+        rounds = got.get("rounds_tasks_per_s") or [rate]
+        cpus = got.get("rounds_cpu_us_per_task") or [got.get("cpu_us_per_task") or {}]
+        parts = [_median([c.get(k) for c in cpus if c]) for k in _CPU_PARTS]
+        total = sum(p for p in parts if p is not None)
+        rows.append([broker, phase, f"{rate:,.0f}",
+                     " ".join(f"{r:,.0f}" for r in rounds if r),
+                     f"{rate / base:.2f}×" if base else "—",
+                     *("—" if p is None else f"{p:,.0f}" for p in parts), f"{total:,.0f}"])
+    return rows
+
+
+AB_HEADERS = ["broker", "phase", "tasks/s (median)", "rounds", "vs first",
+              "producers µs", "worker main µs", "pool µs", "server µs", "PG aux µs",
+              "total µs/task"]
