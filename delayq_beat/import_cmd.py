@@ -31,7 +31,7 @@ def plan_table(plan: imports.Plan) -> Table:
         notes = [step.reason] if step.reason else []
         if entry is not None:
             notes += list(entry.notes)
-        if step.disable_source and entry is not None and entry.enabled:
+        if step.disable_source and entry is not None:
             notes.append(f"disabled in {plan.source.kind}")
         what = f"{entry.task} {describe(entry.definition())}" if entry is not None else "-"
         on = "-" if entry is None else ("yes" if entry.enabled else "no")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from delayq_transport.core.cron import CronService
@@ -68,7 +68,7 @@ class Plan:
     def to_disable(self) -> list[str]:
         """Source entries this import disables (enabled there now)."""
         return [s.name for s in self.steps if s.disable_source and s.entry is not None
-                and s.entry.enabled and s.action != "left out"]
+                and s.entry.source_enabled and s.action != "left out"]
 
 
 def origin_of(row: StoredEntry | None) -> dict[str, Any]:
@@ -110,9 +110,10 @@ def _step(item: Item, stored: dict[str, StoredEntry], source: Source, disable_so
         what = "an enable/disable override" if row.definition is None else "a DB-backed entry"
         return Step(item.name, "refused", item, f"{what} of that name exists that no import "
                                                 f"from {source.kind} stored: remove or rename it")
-    ours_disabled = bool(origin.get("disabled_source")) and not item.enabled
-    entry = replace(item, enabled=True) if ours_disabled else item
-    disabling = ours_disabled or (disable_source and entry.enabled)
+    # Disabled in the source by an earlier import: the entry is what it was when enabled.
+    ours_disabled = bool(origin.get("disabled_source")) and not item.source_enabled
+    entry = replace(item, enabled=not item.history.get("ran")) if ours_disabled else item
+    disabling = ours_disabled or (disable_source and entry.source_enabled)
     definition = _definition(entry, source.kind, disabling)
     if row is None:
         action = "create"
@@ -141,8 +142,7 @@ def _next_runs(entry: Carried, now: datetime, zone: tzinfo) -> list[datetime]:
                      entry.options)
     first = int(now.timestamp() * 1000) if bounds.needs_first_install(spec) else None
     window = bounds.window(spec, first)
-    found = occurrences(window, now, now + timedelta(days=400), spec.zone or zone, SHOWN)
-    return found[:SHOWN]
+    return occurrences(window, now, now, spec.zone or zone, SHOWN)[:SHOWN]
 
 
 def apply(plan_: Plan, store: EntryStore) -> list[str]:

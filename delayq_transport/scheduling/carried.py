@@ -33,9 +33,10 @@ class Refused(InvalidInput):
 
 @dataclass(frozen=True)
 class Carried:
-    """One source entry in the engine's terms: what :func:`~.entries.make_spec` takes, the
-    entry's enabled flag, and its history (``last_run_at``, ``total_run_count``, ...), which
-    shapes the entry (an interval's anchor, a one-off that ran) but is not stored."""
+    """One source entry in the engine's terms: what :func:`~.entries.make_spec` takes, whether
+    the entry runs (``enabled``: the source's flag, unless a one-off already ran), and its
+    history (``last_run_at``, ``total_run_count``, the source's own ``enabled``, ``ran``: a
+    one-off that ran), which shapes the entry but is not stored."""
 
     name: str
     task: str
@@ -55,6 +56,11 @@ class Carried:
             reason = str(exc).removeprefix(f"beat entry {self.name!r}: ")
             raise Refused(self.name, reason) from exc
         return self
+
+    @property
+    def source_enabled(self) -> bool:
+        """The flag in the source (a one-off that ran may still be enabled there)."""
+        return bool(self.history.get("enabled", self.enabled))
 
     def definition(self) -> dict[str, Any]:
         """The DB-backed entry's definition (as ``EntryStore.add`` stores it)."""

@@ -73,12 +73,12 @@ def carried(row: TaskRow, *, live: bool = False) -> Carried:
     if row.priority is not None and row.priority > 9:
         notes.append(f"priority {row.priority} is served as 9 (delayq's and Redis' range 0-9)")
     sched = _schedule(row, options, notes, live)
-    enabled = row.enabled
-    if row.one_off and row.total_run_count > 0:
-        enabled = False
+    ran = row.one_off and row.total_run_count > 0
+    if ran:
         notes.append("one-off that already ran: disabled")
     history = {"last_run_at": row.last_run_at, "total_run_count": row.total_run_count,
-               "description": row.description}
+               "description": row.description, "enabled": row.enabled, "ran": ran}
+    enabled = row.enabled and not ran
     return Carried(name, row.task, sched, tuple(args), kwargs, options, enabled, tuple(notes),
                    history).validated()
 
