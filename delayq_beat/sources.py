@@ -298,7 +298,8 @@ class ScheduleFileSource:
     def read(self) -> list[Item]:
         with _open_shelve(self.path) as db:
             entries = dict(db.get("entries") or {})
-            stored_tz = db.get("tz")
+            # The app's timezone when beat last ran; none set and enable_utc: UTC.
+            stored_tz = db.get("tz") or ("UTC" if db.get("utc_enabled", True) else None)
         zone = self.zone or (_zone(str(stored_tz)) if stored_tz else None)
         out: list[Item] = []
         for name, entry in sorted(entries.items()):
