@@ -654,6 +654,30 @@ WHERE ("runId", "part") IN (
 -- core/runs.py: drop a run's entries, so its next attempt applies everything again.
 DELETE FROM {runs} WHERE "runId" = %(run_id)s
 
+-- once_claim --
+-- core/once.py: record the ids of the messages offer_once() is about to insert, in the
+-- transaction of their rows. An id already recorded is not returned: that message was offered
+-- before, and nothing of it is written again. A concurrent claim of one id waits for this one;
+-- ids are claimed in order, so two callers claiming overlapping ids cannot deadlock.
+INSERT INTO {runs} ("runId", "part", "rows", "fingerprint", "appliedAt")
+SELECT s.id, %(part)s, 1, 0, {now} FROM unnest(%(ids)s::text[]) AS s(id) ORDER BY s.id
+ON CONFLICT ("runId", "part") DO NOTHING
+RETURNING "runId"
+
+-- once_identical --
+-- core/once.py: which offers whose key was taken find their very payload there (the message
+-- itself, offered before: recorded, nothing written); the others are conflicts. Each pair
+-- is one probe of the unique (pKey, pKind) index.
+SELECT s.id
+FROM unnest(%(ids)s::text[], %(keys)b::text[], %(kinds)b::text[], %(payloads)b::bytea[])
+     AS s(id, key, kind, payload)
+JOIN {table} AS t ON t."pKey" = s.key AND t."pKind" = s.kind AND t."payload" = s.payload
+
+-- once_forget --
+-- core/once.py: drop once-offered ids (their messages left their source, or were conflicts
+-- of this very transaction); the ledger's primary key finds each.
+DELETE FROM {runs} WHERE "part" = %(part)s AND "runId" = ANY(%(ids)s::text[])
+
 -- bulk_copy_direct --
 -- core/bulk.py: binary COPY straight into the queue table (no conflict handling). Only the
 -- benchmark uses it, as the raw write limit the bulk writers are measured against.
