@@ -24,8 +24,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 BIN = Path(sys.executable).parent
-COMMANDS = ("beat", "demo", "grants", "metrics", "migrate", "spark-report", "status", "tasks",
-            "uninstall", "web")
+COMMANDS = ("beat", "demo", "grants", "metrics", "migrate", "move-from", "spark-report", "status",
+            "tasks", "uninstall", "web")
 
 
 def delayq(*args: str, expect: int = 0, env: dict[str, str] | None = None,
@@ -79,6 +79,8 @@ def check_base(url: str) -> None:
     expect("dry run", delayq("-d", url, "uninstall"))
     expect("delayq[web]", delayq("-d", url, "web", expect=1))
     expect("delayq[spark]", delayq("-d", url, "spark-report", expect=1))
+    expect("delayq[move]", delayq("-d", url, "move-from", "redis://127.0.0.1:6379/15",
+                                  "--dry-run", expect=1))
     expect("delayq[embedded]", delayq("demo", env=_without_database_url(), expect=1))
 
 

@@ -32,6 +32,7 @@ LAZY_COMMANDS: dict[str, tuple[str, ...]] = {
     "demo": ("delayq_transport.cli.demo",),
     "grants": ("delayq_transport.cli.ops",),
     "metrics": ("delayq_transport.cli.ops",),
+    "move-from": ("delayq_transport.move.cli",),
     "tasks": ("delayq_transport.cli.tasks",),
     "uninstall": ("delayq_transport.cli.ops",),
     "web": ("delayq_transport.web.cli",),

@@ -704,7 +704,8 @@ SELECT "name" FROM changed ORDER BY "name"
 -- djbeat_record_runs --
 -- core/djbeat.py: beat occurrences a worker received, written to their periodic task's run
 -- history once each: every occurrence key is claimed in the run ledger (`part` -3) by this
--- same statement, so a redelivery or a second worker adds nothing. last_run_at becomes the
+-- same statement (in key order, as once_claim: no deadlock between workers), so a redelivery or
+-- a second worker adds nothing. last_run_at becomes the
 -- newest occurrence's instant; a one-off is disabled with its count reset, as
 -- django-celery-beat's scheduler leaves it after its run, and only then is the change mark
 -- bumped (run history alone does not bump it in django-celery-beat either).
@@ -712,6 +713,7 @@ WITH claimed AS (
     INSERT INTO {runs} ("runId", "part", "rows", "fingerprint", "appliedAt")
     SELECT DISTINCT r.key, %(part)s, 1, 0, {now}
     FROM unnest(%(keys)s::text[]) AS r(key)
+    ORDER BY r.key
     ON CONFLICT ("runId", "part") DO NOTHING
     RETURNING "runId"),
 ran AS (
@@ -731,6 +733,30 @@ bump AS (
     SELECT 1, now() WHERE EXISTS (SELECT 1 FROM done WHERE "one_off")
     ON CONFLICT ("ident") DO UPDATE SET "last_update" = EXCLUDED."last_update")
 SELECT count(*) FROM done
+
+-- once_claim --
+-- core/once.py: record the ids of the messages offer_once() is about to insert, in the
+-- transaction of their rows. An id already recorded is not returned: that message was offered
+-- before, and nothing of it is written again. A concurrent claim of one id waits for this one;
+-- ids are claimed in order, so two callers claiming overlapping ids cannot deadlock.
+INSERT INTO {runs} ("runId", "part", "rows", "fingerprint", "appliedAt")
+SELECT s.id, %(part)s, 1, 0, {now} FROM unnest(%(ids)s::text[]) AS s(id) ORDER BY s.id
+ON CONFLICT ("runId", "part") DO NOTHING
+RETURNING "runId"
+
+-- once_identical --
+-- core/once.py: which offers whose key was taken find their very payload there (the message
+-- itself, offered before: recorded, nothing written); the others are conflicts. Each pair
+-- is one probe of the unique (pKey, pKind) index.
+SELECT s.id
+FROM unnest(%(ids)s::text[], %(keys)b::text[], %(kinds)b::text[], %(payloads)b::bytea[])
+     AS s(id, key, kind, payload)
+JOIN {table} AS t ON t."pKey" = s.key AND t."pKind" = s.kind AND t."payload" = s.payload
+
+-- once_forget --
+-- core/once.py: drop once-offered ids (their messages left their source, or were conflicts
+-- of this very transaction); the ledger's primary key finds each.
+DELETE FROM {runs} WHERE "part" = %(part)s AND "runId" = ANY(%(ids)s::text[])
 
 -- bulk_copy_direct --
 -- core/bulk.py: binary COPY straight into the queue table (no conflict handling). Only the

@@ -20,6 +20,7 @@ from .db import Database, as_arrays
 from .errors import InvalidInput
 from .leases import new_lock
 from .offer import Offering
+from .once import OnceOffering
 from .queries import Queries
 from .schema import ensure_schema as ensure_current_schema
 from .timeutil import duration_ms, from_ms, to_ms
@@ -35,7 +36,7 @@ DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 Clock = Callable[[], datetime]
 
 
-class DelayedQueue(Offering):
+class DelayedQueue(Offering, OnceOffering):
     """One partition (``kind``) of a ``delayed_queue`` table; thread-safe.
 
     Instances for other kinds of the same table share the pool via :meth:`with_kind`.

@@ -14,6 +14,10 @@ Keys and kinds:
   delivery tag;
 * the kind is the queue name, plus a priority-bucket suffix for priorities other than 0,
   exactly as kombu's Redis transport names its per-priority lists.
+
+:func:`row_of` is the whole mapping from a message published to a queue to its row: the
+transport's ``_put`` stores it, and ``delayq move-from`` moves other brokers' messages in with
+it.
 """
 
 from __future__ import annotations
@@ -26,16 +30,16 @@ import uuid
 from bisect import bisect
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from kombu.utils.json import dumps as kombu_dumps
 
 from ..core.errors import InvalidInput
 from ..core.timeutil import to_ms
 
-__all__ = ["DEFAULT_QUEUE", "PRIORITY_SEP", "PRIORITY_STEPS", "TaskMessageEncoder", "decode",
-           "encode", "eta_of", "kind_for", "kinds_for", "priority_bucket", "queue_of_kind",
-           "row_key", "task_message"]
+__all__ = ["DEFAULT_QUEUE", "PRIORITY_SEP", "PRIORITY_STEPS", "Row", "TaskMessageEncoder",
+           "decode", "encode", "eta_of", "kind_for", "kinds_for", "parse_eta", "priority_bucket",
+           "protocol1_task", "queue_of_kind", "row_key", "row_of", "task_message"]
 
 #: Priority buckets and separator of kombu's Redis transport: 0 is served first.
 PRIORITY_STEPS: tuple[int, ...] = (0, 3, 6, 9)
@@ -84,18 +88,69 @@ def row_key(message: Mapping[str, Any]) -> str:
 
 
 def eta_of(message: Mapping[str, Any]) -> datetime | None:
-    """The ETA a Celery message carries (protocol 2 header, protocol 1 body), aware UTC."""
-    headers = message.get("headers") or {}
-    raw = headers.get("eta")
+    """The ETA of a Celery protocol-2 message (its ``eta`` header), aware UTC."""
+    return parse_eta((message.get("headers") or {}).get("eta"))
+
+
+def parse_eta(raw: object) -> datetime | None:
+    """An ETA as Celery writes it (ISO-8601; naive means UTC), aware UTC; None if unset."""
     if not raw:
         return None
     try:
         eta = datetime.fromisoformat(raw) if isinstance(raw, str) else raw
     except ValueError as exc:
-        raise InvalidInput(f"message has an unparseable eta header {raw!r}") from exc
+        raise InvalidInput(f"message has an unparseable eta {raw!r}") from exc
     if not isinstance(eta, datetime):
-        raise InvalidInput(f"message has an invalid eta header {raw!r}")
+        raise InvalidInput(f"message has an invalid eta {raw!r}")
     return eta if eta.tzinfo else eta.replace(tzinfo=UTC)  # Celery: naive means UTC
+
+
+def protocol1_task(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The body of a Celery protocol-1 task message (``task_protocol = 1``), or None.
+
+    Protocol 1 keeps the task's name, id and ETA in the body, not in headers, so only a JSON
+    body can be read here; any other message (protocol 2, not a task, another serializer)
+    gives None.
+    """
+    if (message.get("headers") or {}).get("task"):
+        return None
+    if message.get("content-type") != "application/json":
+        return None
+    body = message.get("body")
+    if not isinstance(body, str | bytes):
+        return None
+    encoding = (message.get("properties") or {}).get("body_encoding")
+    try:
+        data = json.loads(base64.b64decode(body, validate=True) if encoding == "base64" else body)
+    except (ValueError, TypeError):
+        return None
+    if isinstance(data, dict) and data.get("task") and data.get("id"):
+        return data
+    return None
+
+
+class Row(NamedTuple):
+    """What one message published to one queue becomes in the table."""
+
+    key: str
+    kind: str
+    payload: bytes
+    eta: datetime | None
+
+
+def row_of(queue: str, message: Mapping[str, Any], steps: Sequence[int] = PRIORITY_STEPS,
+           *, protocol1: bool = False) -> Row:
+    """The row that publishing ``message`` to ``queue`` stores (the transport's ``_put``).
+
+    ``protocol1``: a protocol-1 task (:func:`protocol1_task`) is keyed by its task id and
+    scheduled at its ETA too, like a protocol-2 one (the transport publishes protocol 2, and
+    does not decode bodies on its hot path).
+    """
+    kind = kind_for(queue, (message.get("properties") or {}).get("priority"), steps)
+    task = protocol1_task(message) if protocol1 else None
+    if task is not None:
+        return Row(str(task["id"]), kind, encode(message), parse_eta(task.get("eta")))
+    return Row(row_key(message), kind, encode(message), eta_of(message))
 
 
 def _iso(value: datetime | None, what: str) -> str | None:

@@ -172,20 +172,18 @@ class DelayqChannel(virtual.Channel):
     # -- storage primitives --------------------------------------------------------------
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        payload = msg.encode(message)
-        if len(payload) > self.max_message_size:
+        row = msg.row_of(queue, message, self._steps)
+        if len(row.payload) > self.max_message_size:
             raise InvalidInput(
-                f"message for queue {queue!r} is {len(payload)} bytes, over max_message_size "
-                f"({self.max_message_size}); pass large data by reference"
+                f"message for queue {queue!r} is {len(row.payload)} bytes, over "
+                f"max_message_size ({self.max_message_size}); pass large data by reference"
             )
-        priority = message["properties"].get("priority")
-        kind = msg.kind_for(queue, priority, self._steps)
         publisher = self.backend.publisher
         if publisher is not None:  # publish_linger: written with others within that time
-            publisher.put(kind, msg.row_key(message), payload, msg.eta_of(message))
+            publisher.put(row.kind, row.key, row.payload, row.eta)
             return
-        self.backend.queue_for(kind).offer(
-            msg.row_key(message), payload, msg.eta_of(message), durable=bool(self.durable_publish)
+        self.backend.queue_for(row.kind).offer(
+            row.key, row.payload, row.eta, durable=bool(self.durable_publish)
         )
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:

@@ -44,6 +44,7 @@ HOT: dict[str, tuple[str, bool]] = {
     "offer_batch_insert": (BY_KEY, False),
     "offer_select_for_update": (BY_KEY, False),
     "offer_cas_update": (BY_KEY, False),
+    "once_identical": (BY_KEY, False),
 }
 PARAMS: dict[str, Any] = {
     "kinds": ["test", "other"], "lows": [None, 1000], "starts": [None, 500],

@@ -79,7 +79,7 @@ LAYERS: dict[str, int] = {
     "scheduling": 3,    # the scheduling engine under Celery beat and Dramatiq's periodic actors
     "tasks": 4,         # the operator service under both operator front ends (CLI, web page)
     **dict.fromkeys(("transport", "dramatiq", "delayq_beat", "spark", "web", "metrics",
-                    "django"), 5),
+                    "django", "move"), 5),
     "cli": 6,           # the composition root: it loads the adapters' commands
 }
 #: The adapters: none imports another (same layer).
