@@ -118,3 +118,6 @@ def _undo(source: imports.Source, queue: object, store: BeatStore, dry_run: bool
                       f"{sum(todo.uninstalled.values())}")
     _out[0].print(f"{'would re-enable' if dry_run else 're-enabled'} in {source.kind}: "
                   f"{', '.join(todo.reenable) or 'none'}")
+    if todo.ran_here:
+        _out[0].print(f"left disabled in {source.kind} (one-offs that ran under delayq): "
+                      f"{', '.join(todo.ran_here)}")

@@ -26,11 +26,13 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from delayq_transport.core.cron import CronService
+from delayq_transport.core.errors import InvalidInput
 from delayq_transport.core.queue import DelayedQueue
+from delayq_transport.core.timeutil import to_ms
 from delayq_transport.scheduling import bounds
 from delayq_transport.scheduling.carried import Carried, Refused
 from delayq_transport.scheduling.entries import key_prefix, make_spec
-from delayq_transport.scheduling.store import EntryStore, StoredEntry
+from delayq_transport.scheduling.store import EntryStore, InstalledEntry, StoredEntry
 from delayq_transport.scheduling.times import occurrences
 
 from .sources import Item, Source
@@ -163,12 +165,38 @@ class Undo:
     entries: list[str]
     reenable: list[str]
     uninstalled: dict[str, int] = field(default_factory=dict)
+    #: One-offs the import disabled whose one run came while delayq had them: left disabled.
+    ran_here: list[str] = field(default_factory=list)
 
 
-def plan_undo(source: Source, store: EntryStore) -> Undo:
+def plan_undo(source: Source, store: EntryStore, now: datetime | None = None) -> Undo:
+    """The imported entries, and the source entries to re-enable: those the import disabled,
+    except a one-off whose one run came while delayq had it (re-enabled, the old scheduler
+    would run it again)."""
+    now = now or datetime.now(UTC)
     rows = [e for e in store.entries() if origin_of(e).get("source") == source.kind]
-    return Undo([e.name for e in rows],
-                [e.name for e in rows if origin_of(e).get("disabled_source")])
+    ledger = {i.name: i for i in store.installed()}
+    reenable, ran = [], []
+    for row in rows:
+        if not origin_of(row).get("disabled_source"):
+            continue
+        if _ran_once(row, ledger.get(row.name), now):
+            ran.append(row.name)
+        else:
+            reenable.append(row.name)
+    return Undo([e.name for e in rows], reenable, ran_here=ran)
+
+
+def _ran_once(row: StoredEntry, installed: InstalledEntry | None, now: datetime) -> bool:
+    if installed is None:
+        return False
+    try:
+        spec = row.spec()
+    except InvalidInput:
+        return False
+    first = installed.first_installed_ms
+    at = bounds.the_instant(spec, first, spec.zone or UTC)
+    return at is not None and at <= now and installed.installed_until_ms >= to_ms(at)
 
 
 def undo(source: Source, queue: DelayedQueue, store: EntryStore, todo: Undo) -> Undo:
