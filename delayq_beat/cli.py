@@ -26,6 +26,7 @@ from delayq_transport.scheduling.listing import LEDGERS, list_entries
 from delayq_transport.scheduling.schedules import Clocked, Solar, parse_crontab
 from delayq_transport.scheduling.store import EntryStore
 
+from .import_cmd import import_command
 from .store import BeatStore
 
 NEXT_SHOWN = 3
@@ -206,6 +207,7 @@ def status_section(obj: Context) -> None:
             console.print(entries_table(queue, store))
 
 
+beat_group.add_command(import_command(console))
 register(beat_group)
 if status_section not in STATUS_HOOKS:
     STATUS_HOOKS.append(status_section)

@@ -41,6 +41,12 @@ BEAT_SETTINGS = Options(
            shown="`broker_transport_options['table']`, else `delayed_queue`"),
     Option("delayq_beat_pool_size", DEFAULT_POOL_SIZE, "connections",
            "Most database connections beat opens (on first use; one in practice)."),
+    Option("delayq_beat_source", None, "`django-celery-beat`",
+           "Where entries are edited besides `beat_schedule` and delayq's own: "
+           "`django-celery-beat` reads its tables (in the beat's database) at every refresh, "
+           "so the Django admin stays the editing UI; workers write each run's "
+           "`last_run_at` and `total_run_count` back and disable a one-off once it ran.",
+           shown="none"),
     Option("delayq_beat_check_tasks", True, "bool",
            "Refuse an entry whose task the app has not registered (only a warning when the "
            "app registers no task of its own). False turns the check off."),

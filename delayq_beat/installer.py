@@ -20,6 +20,7 @@ from delayq_transport.core.queue import DelayedQueue
 from delayq_transport.core.timeutil import to_ms
 from delayq_transport.formats import celery as messages
 from delayq_transport.scheduling import installer as engine
+from delayq_transport.scheduling.entries import instant
 from delayq_transport.scheduling.misfire import HEADER
 from delayq_transport.scheduling.plans import (
     Occurrence,
@@ -104,6 +105,8 @@ def _expires(spec: EntrySpec, at: datetime) -> datetime | None:
     value = spec.options.get("expires")
     if value is None:
         return None
+    if isinstance(value, str):  # a datetime as a DB-backed entry stores it (ISO-8601)
+        value = instant(value, f"beat entry {spec.name!r}: expires")
     if isinstance(value, datetime):
         to_ms(value, what=f"beat entry {spec.name!r}: expires")
         return value

@@ -22,9 +22,12 @@ from celery.exceptions import ImproperlyConfigured, QueueNotFound
 from kombu import Exchange
 
 from delayq_transport.core.db import Database
+from delayq_transport.core.djbeat import prune_run_claims
 from delayq_transport.core.errors import DelayqError, InvalidInput
 from delayq_transport.core.queue import DelayedQueue
 from delayq_transport.formats import celery as messages
+from delayq_transport.scheduling import djbeat
+from delayq_transport.scheduling.djbeat import DjangoBeatSource
 
 from .conf import setting
 from .entries import EntrySpec, make_spec
@@ -35,6 +38,9 @@ log = logging.getLogger("delayq_beat")
 
 #: After a failed refresh (database down), try again this soon rather than a full interval.
 RETRY_AFTER_FAILURE_S = 5.0
+#: Admin mode: old claims of occurrences written to run history are pruned every this many
+#: refreshes (one bounded statement).
+PRUNE_EVERY = 60
 
 
 def settings_from(app: Any) -> Settings:
@@ -82,6 +88,8 @@ class Scheduler(beat.Scheduler):
         self._installer: Installer | None = None
         self._next_refresh = 0.0  # monotonic; 0 = refresh on the first tick
         self._warned_tasks: set[str] = set()
+        self._source: DjangoBeatSource | None = None
+        self._refreshes = 0
         self.last_report: RefreshReport | None = None
         super().__init__(app, *args, **kwargs)
         self.max_interval: float = min(
@@ -108,10 +116,20 @@ class Scheduler(beat.Scheduler):
         queue = DelayedQueue(Database(url, min_size=0, max_size=pool_size), table=table)
         queue._owns_db = True
         store = BeatStore(queue.db, table)  # registers and applies migration 10
+        self._source = self._open_source(queue, table)
         self._queue = queue
         self._installer = Installer(
             queue, store, self.app.timezone, self.settings, route=self.route,
             spec_defaults=self._spec_defaults(), check_task=self.check_task)
+
+    def _open_source(self, queue: DelayedQueue, table: str) -> DjangoBeatSource | None:
+        source = setting(self.app, "delayq_beat_source")
+        if source is None:
+            return None
+        if source != djbeat.SOURCE:
+            raise ImproperlyConfigured(f"delayq_beat_source must be {djbeat.SOURCE!r} or None, "
+                                       f"got {source!r}")
+        return DjangoBeatSource(queue.db, table)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Refresh when due; return the seconds until the next refresh."""
@@ -161,6 +179,32 @@ class Scheduler(beat.Scheduler):
         }
 
     def config_specs(self) -> dict[str, EntrySpec | Exception]:
+        """``beat_schedule``'s entries, then django-celery-beat's (admin mode) over them."""
+        specs = self._schedule_specs()
+        if self._source is not None:
+            specs.update(self._source_specs(self._source))
+        return specs
+
+    def _source_specs(self, source: DjangoBeatSource) -> dict[str, EntrySpec | Exception]:
+        """Every enabled periodic task of django-celery-beat's tables (re-read when its change
+        mark moved); a task that cannot be carried is an error of that entry alone."""
+        specs: dict[str, EntrySpec | Exception] = {}
+        for name, entry in source.entries().items():
+            if isinstance(entry, Exception):
+                specs[name] = entry
+                continue
+            try:
+                specs[name] = make_spec(name, entry.task, entry.schedule, entry.args,
+                                        entry.kwargs, entry.options, source=djbeat.SOURCE,
+                                        **self._spec_defaults())
+            except InvalidInput as exc:
+                specs[name] = exc
+        self._refreshes += 1
+        if self._refreshes % PRUNE_EVERY == 1 and self._queue is not None:
+            prune_run_claims(self._queue.db, self._queue.queries)
+        return specs
+
+    def _schedule_specs(self) -> dict[str, EntrySpec | Exception]:
         specs: dict[str, EntrySpec | Exception] = {}
         for name, entry in self.data.items():
             if isinstance(entry, Exception):

@@ -80,6 +80,21 @@ class PeriodicStore:
         self.db.execute(self.q["beat_entry_upsert"], self._params(
             name=name, definition=definition_json, enabled=enabled))
 
+    def upsert_entries(self, rows: Sequence[tuple[str, str, bool]]) -> None:
+        """(name, definition JSON, enabled) of many entries, in one statement: all or none."""
+        if rows:
+            self.db.execute(self.q["beat_entries_upsert_many"], self._params(
+                names=[r[0] for r in rows], definitions=[r[1] for r in rows],
+                enableds=[r[2] for r in rows]))
+
+    def delete_entries(self, names: Sequence[str]) -> list[str]:
+        """Remove these entries in one statement; returns the names that existed."""
+        if not names:
+            return []
+        rows = self.db.fetchall(self.q["beat_entries_delete_many"],
+                                self._params(names=list(names)))
+        return [r[0] for r in rows]
+
     def delete_entry(self, name: str) -> bool:
         return self.db.execute(self.q["beat_entry_delete"], self._params(name=name)) > 0
 

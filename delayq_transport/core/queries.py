@@ -21,6 +21,8 @@ MIGRATIONS_TABLE = "delayq_migrations"
 GRANT_PREFIX = "grant_"
 #: Blocks that also name the table's schema, rendered by :func:`schema_statements` when used.
 SCHEMA_PREFIX = "schema_"
+#: Blocks on django-celery-beat's tables, rendered for their schema by core/djbeat.py.
+DJBEAT_PREFIX = "djbeat_"
 _BLOCK_RE = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 #: psycopg 3's binary placeholder, which psycopg2 and client-side binding do not know.
 _BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)b")
@@ -111,7 +113,7 @@ class Queries:
         self._text = {
             name: sql.SQL(text).format(**idents).as_string(None)
             for name, text in raw_queries().items()
-            if not name.startswith((GRANT_PREFIX, SCHEMA_PREFIX))
+            if not name.startswith((GRANT_PREFIX, SCHEMA_PREFIX, DJBEAT_PREFIX))
         }
         self._direct: dict[str, DirectStatement] = {}
         self._portable: dict[tuple[str, ...], str] = {}

@@ -654,6 +654,86 @@ WHERE ("runId", "part") IN (
 -- core/runs.py: drop a run's entries, so its next attempt applies everything again.
 DELETE FROM {runs} WHERE "runId" = %(run_id)s
 
+-- runs_prune_part --
+-- core/runs.py: retention of one kind of entry (`part`), at most %(limit)s per call, through the
+-- appliedAt index: beat occurrences recorded in django-celery-beat's run history (part -3) are
+-- kept a day, whatever retention Spark's runs use.
+DELETE FROM {runs}
+WHERE ("runId", "part") IN (
+    SELECT "runId", "part" FROM {runs}
+    WHERE "appliedAt" < {now} - %(retention_ms)s::bigint AND "part" = %(part)s
+    LIMIT %(limit)s)
+
+-- djbeat_read --
+-- core/djbeat.py: django-celery-beat's change mark (PeriodicTasks.last_update, bumped by its
+-- saves, deletes and the admin's bulk actions) and, when it differs from the mark the caller
+-- last saw (or with `force`), every periodic task with its schedule. Unchanged: one row whose
+-- task columns are NULL. `schedules` counts the schedule references a task has (one is valid).
+WITH mark AS (SELECT max("last_update") AS last_update FROM {djbeat_track})
+SELECT m.last_update, t."name", t."task", t."args", t."kwargs", t."queue", t."exchange",
+       t."routing_key", t."headers", t."priority", t."expires", t."expire_seconds", t."one_off",
+       t."start_time", t."enabled", t."last_run_at", t."total_run_count", t."date_changed",
+       t."description", i."every", i."period", c."minute", c."hour", c."day_of_week",
+       c."day_of_month", c."month_of_year", c."timezone", s."event", s."latitude"::text,
+       s."longitude"::text, k."clocked_time",
+       (t."interval_id" IS NOT NULL)::int + (t."crontab_id" IS NOT NULL)::int
+           + (t."solar_id" IS NOT NULL)::int + (t."clocked_id" IS NOT NULL)::int AS schedules
+FROM mark AS m
+LEFT JOIN {djbeat_task} AS t
+       ON %(force)s OR m.last_update IS DISTINCT FROM %(seen)s::timestamptz
+LEFT JOIN {djbeat_interval} AS i ON i."id" = t."interval_id"
+LEFT JOIN {djbeat_crontab} AS c ON c."id" = t."crontab_id"
+LEFT JOIN {djbeat_solar} AS s ON s."id" = t."solar_id"
+LEFT JOIN {djbeat_clocked} AS k ON k."id" = t."clocked_id"
+ORDER BY t."name"
+
+-- djbeat_set_enabled --
+-- core/djbeat.py: enable or disable periodic tasks by name (`delayq beat import
+-- --disable-source` and `--undo`) and bump the change mark, as the admin's bulk actions do, so
+-- django-celery-beat's beat and delayq's see it. Returns the names it changed.
+WITH changed AS (
+    UPDATE {djbeat_task} SET "enabled" = %(enabled)s
+    WHERE "name" = ANY(%(names)s::text[]) AND "enabled" <> %(enabled)s
+    RETURNING "name"),
+bump AS (
+    INSERT INTO {djbeat_track} ("ident", "last_update")
+    SELECT 1, now() WHERE EXISTS (SELECT 1 FROM changed)
+    ON CONFLICT ("ident") DO UPDATE SET "last_update" = EXCLUDED."last_update")
+SELECT "name" FROM changed ORDER BY "name"
+
+-- djbeat_record_runs --
+-- core/djbeat.py: beat occurrences a worker received, written to their periodic task's run
+-- history once each: every occurrence key is claimed in the run ledger (`part` -3) by this
+-- same statement (in key order, as once_claim: no deadlock between workers), so a redelivery or
+-- a second worker adds nothing. last_run_at becomes the
+-- newest occurrence's instant; a one-off is disabled with its count reset, as
+-- django-celery-beat's scheduler leaves it after its run, and only then is the change mark
+-- bumped (run history alone does not bump it in django-celery-beat either).
+WITH claimed AS (
+    INSERT INTO {runs} ("runId", "part", "rows", "fingerprint", "appliedAt")
+    SELECT DISTINCT r.key, %(part)s, 1, 0, {now}
+    FROM unnest(%(keys)s::text[]) AS r(key)
+    ORDER BY r.key
+    ON CONFLICT ("runId", "part") DO NOTHING
+    RETURNING "runId"),
+ran AS (
+    SELECT r.name, count(*) AS n, max(r.at_ms) AS at_ms
+    FROM unnest(%(keys)s::text[], %(names)s::text[], %(ats)s::bigint[]) AS r(key, name, at_ms)
+    JOIN claimed AS c ON c."runId" = r.key
+    GROUP BY r.name),
+done AS (
+    UPDATE {djbeat_task} AS t
+    SET "last_run_at" = GREATEST(t."last_run_at", to_timestamp(ran.at_ms / 1000.0)),
+        "total_run_count" = CASE WHEN t."one_off" THEN 0 ELSE t."total_run_count" + ran.n END,
+        "enabled" = t."enabled" AND NOT t."one_off"
+    FROM ran WHERE t."name" = ran.name
+    RETURNING t."one_off"),
+bump AS (
+    INSERT INTO {djbeat_track} ("ident", "last_update")
+    SELECT 1, now() WHERE EXISTS (SELECT 1 FROM done WHERE "one_off")
+    ON CONFLICT ("ident") DO UPDATE SET "last_update" = EXCLUDED."last_update")
+SELECT count(*) FROM done
+
 -- once_claim --
 -- core/once.py: record the ids of the messages offer_once() is about to insert, in the
 -- transaction of their rows. An id already recorded is not returned: that message was offered
@@ -723,6 +803,22 @@ VALUES (%(table_name)s, %(name)s, NULL, %(enabled)s, {now})
 ON CONFLICT ("tableName", "name") DO UPDATE
 SET "enabled" = EXCLUDED."enabled", "updatedAt" = EXCLUDED."updatedAt"
 RETURNING "definition" IS NOT NULL AS has_definition
+
+-- beat_entries_upsert_many --
+-- `delayq beat import`: add or replace many DB-backed entries in one statement, all or none.
+INSERT INTO "delayq_beat_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
+SELECT %(table_name)s, e.name, e.definition::jsonb, e.enabled, {now}
+FROM unnest(%(names)s::text[], %(definitions)s::text[], %(enableds)s::boolean[])
+     AS e(name, definition, enabled)
+ON CONFLICT ("tableName", "name") DO UPDATE
+SET "definition" = EXCLUDED."definition", "enabled" = EXCLUDED."enabled",
+    "updatedAt" = EXCLUDED."updatedAt"
+
+-- beat_entries_delete_many --
+-- `delayq beat import --undo`: remove the entries an import added; returns the names removed.
+DELETE FROM "delayq_beat_entries"
+WHERE "tableName" = %(table_name)s AND "name" = ANY(%(names)s::text[])
+RETURNING "name"
 
 -- beat_entry_delete --
 -- Remove a DB-backed entry (or an enable/disable override).

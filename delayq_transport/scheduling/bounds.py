@@ -63,3 +63,18 @@ def owed_at_first_sight(spec: EntrySpec, bounded: Window, zone: tzinfo, now: dat
     if spec.misfire == "skip" and late > timedelta(seconds=spec.grace_s):
         return []
     return found
+
+
+def the_instant(spec: EntrySpec, first_installed_ms: int | None,
+                zone: tzinfo) -> datetime | None:
+    """A single-instant entry's one occurrence (None: not known before its first install, or
+    none at all)."""
+    if not single_instant(spec) or (needs_first_install(spec) and first_installed_ms is None):
+        return None
+    bounded = window(spec, first_installed_ms)
+    lo = bounded.start_ms if bounded.start_ms is not None else (
+        bounded.schedule.at_ms if isinstance(bounded.schedule, Clocked) else None)
+    if lo is None:
+        return None
+    found = occurrences(bounded, from_ms(lo - 1), from_ms(lo - 1), zone, 1)
+    return found[0] if found else None

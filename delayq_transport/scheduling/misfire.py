@@ -42,11 +42,14 @@ def config_pattern(prefix: str, hash_: str) -> str:
 
 
 def occurrence_header(entry: str, prefix: str, hash_: str, at_ms: int, misfire: str,
-                      grace_ms: int, next_ms: int | None = None) -> dict[str, Any]:
+                      grace_ms: int, next_ms: int | None = None, *,
+                      source: str | None = None) -> dict[str, Any]:
     header: dict[str, Any] = {"entry": entry, "prefix": prefix, "hash": hash_, "at_ms": at_ms,
                               "misfire": misfire, "grace_ms": grace_ms}
     if next_ms is not None:
         header["next_ms"] = next_ms
+    if source is not None:
+        header["source"] = source
     return header
 
 

@@ -53,11 +53,14 @@ class Occurrence:
         return to_ms(self.at)
 
     def header(self) -> dict[str, Any]:
-        """What the worker-side misfire check reads (:func:`.misfire.misfired`)."""
+        """What the worker-side misfire check reads (:func:`.misfire.misfired`), and the
+        store the entry came from when the worker writes its run history there
+        (django-celery-beat in admin mode: :func:`.djbeat.record_runs`)."""
         spec = self.spec
         return misfire.occurrence_header(
             spec.name, spec.prefix, self.hash, self.at_ms, spec.misfire, spec.grace_ms,
-            None if self.next_at is None else to_ms(self.next_at))
+            None if self.next_at is None else to_ms(self.next_at),
+            source=None if spec.source in ("config", "db") else spec.source)
 
 
 class Delivery(Protocol):

@@ -75,6 +75,17 @@ class EntryStore:
         self.rows.upsert_entry(name, json.dumps(definition), enabled)
         return spec
 
+    def put_many(self, rows: Sequence[tuple[str, Mapping[str, Any], bool]]) -> None:
+        """Store (name, definition, enabled) of many entries in one statement: all or none.
+        Definitions are stored as given (validate them first, as :meth:`add` does)."""
+        for name, _, _ in rows:
+            key_prefix(name)
+        self.rows.upsert_entries([(n, json.dumps(d, sort_keys=True), e) for n, d, e in rows])
+
+    def remove_many(self, names: Sequence[str]) -> list[str]:
+        """Remove these entries in one statement; returns the names that existed."""
+        return self.rows.delete_entries(list(names))
+
     def remove(self, name: str) -> bool:
         key_prefix(name)
         return self.rows.delete_entry(name)

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 #: Bytes every beat occurrence's payload contains (its ``delayq_beat`` header).
 _BEAT_MARK = b'"delayq_beat"'
+_BEAT_HEADER = "delayq_beat"
 
 
 
@@ -52,6 +53,15 @@ def _misfire_check() -> Callable[..., bool]:
     from ..scheduling.misfire import drop_misfired
 
     return drop_misfired
+
+
+@cache
+def _run_history() -> Callable[..., int]:
+    """The engine's write of received occurrences to django-celery-beat's run history (beat
+    in admin mode); imported with the misfire check."""
+    from ..scheduling.djbeat import record_runs
+
+    return record_runs
 
 
 def _delivery_tag(env: Envelope) -> str:
@@ -327,10 +337,18 @@ class DelayqChannel(virtual.Channel):
     def _drop_misfired(self, envs: list[Envelope]) -> list[Envelope]:
         """Beat occurrences that misfired while no worker ran follow their entry's policy, so a
         worker coming back before beat's next refresh does not run the whole backlog."""
-        check = _misfire_check()
-        queue = self.backend.queue
-        dropped = [e for e in envs if _BEAT_MARK in e.payload
-                   and check(queue, e.kind, msg.decode(e.payload))]
+        beat = [e for e in envs if _BEAT_MARK in e.payload]
+        if not beat:
+            return envs
+        check, queue = _misfire_check(), self.backend.queue
+        dropped, kept = [], []
+        for env in beat:
+            message = msg.decode(env.payload)
+            if check(queue, env.kind, message):
+                dropped.append(env)
+            else:
+                kept.append((env.key, (message.get("headers") or {}).get(_BEAT_HEADER)))
+        _run_history()(queue, kept)  # entries of django-celery-beat's tables (admin mode)
         if not dropped:
             return envs
         queue.ack_many(dropped)

@@ -12,76 +12,27 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import django
 import pytest
-from django.conf import settings
-
-if not settings.configured:
-    settings.configure(INSTALLED_APPS=["django_celery_beat"], USE_TZ=True, TIME_ZONE="UTC",
-                       DATABASES={}, DJANGO_CELERY_BEAT_TZ_AWARE=True)
-    django.setup()
-
-from celery import Celery  # noqa: E402
-from django_celery_beat.models import (  # noqa: E402
+from _djbeat import django_fires
+from django_celery_beat.models import (
     ClockedSchedule,
     CrontabSchedule,
     IntervalSchedule,
     PeriodicTask,
     SolarSchedule,
 )
-from django_celery_beat.schedulers import ModelEntry  # noqa: E402
 
-from delayq_beat.entries import make_spec  # noqa: E402
-from delayq_transport.core.timeutil import to_ms  # noqa: E402
-from delayq_transport.scheduling import bounds  # noqa: E402
-from delayq_transport.scheduling.entries import EntrySpec  # noqa: E402
-from delayq_transport.scheduling.times import occurrences  # noqa: E402
+from delayq_beat.entries import make_spec
+from delayq_transport.core.timeutil import to_ms
+from delayq_transport.scheduling import bounds
+from delayq_transport.scheduling.entries import EntrySpec
+from delayq_transport.scheduling.times import occurrences
 
 NY = ZoneInfo("America/New_York")
 #: Weeks with a DST change in New York: spring forward on 2025-03-09, fall back on 2025-11-02.
 WEEKS = {"spring": datetime(2025, 3, 6, 17, 0, 7, tzinfo=UTC),
          "fall": datetime(2025, 10, 30, 17, 0, 7, tzinfo=UTC)}
 WEEK = timedelta(days=7)
-APP = Celery("parity", set_as_current=False)
-APP.conf.timezone = "UTC"
-
-
-class _Clock:
-    now = WEEKS["fall"]
-
-
-class _Entry(ModelEntry):
-    """django-celery-beat's entry on the simulated clock (its "now" is the app's time)."""
-
-    def _default_now(self) -> datetime:
-        return _Clock.now.astimezone(self.app.timezone)
-
-
-def _bind(entry: ModelEntry) -> ModelEntry:
-    sched = entry.schedule
-    zone = vars(sched).get("tz")  # TzAwareCrontab reads the clock in its own zone
-    sched.nowfun = (lambda: _Clock.now.astimezone(zone)) if zone else (lambda: _Clock.now)
-    return entry
-
-
-def django_fires(task: PeriodicTask, start: datetime, end: datetime,
-                 max_sleep_s: float = 300) -> list[datetime]:
-    """What django-celery-beat's beat runs in [start, end): its scheduler asks each entry
-    ``is_due()`` and sleeps the time it answers, at most its max_interval (5 s; the default
-    300 s here gives the same instants wherever the answer is exact), and a run makes the next
-    entry (``__next__``)."""
-    _Clock.now = start
-    task.save = lambda *args, **kwargs: None  # type: ignore[method-assign]
-    entry = _bind(_Entry(task, app=APP))
-    fired: list[datetime] = []
-    while _Clock.now < end:
-        due, wait_s = entry.is_due()
-        if due:
-            fired.append(_Clock.now)
-            entry = _bind(next(entry))
-        else:
-            _Clock.now += timedelta(seconds=min(max(wait_s, 0.001), max_sleep_s))
-    return fired
 
 
 def from_model(task: PeriodicTask) -> EntrySpec:

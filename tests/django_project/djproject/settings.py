@@ -9,7 +9,12 @@
 * ``DJANGO_CONN_MAX_AGE``: seconds (default 0, Django's: a connection per request);
 * ``DELAYQ_TRANSPORT_OPTIONS``: JSON, Celery's ``broker_transport_options``;
 * ``DJANGO_BROKER_URL``: another broker (Redis, RabbitMQ) instead of delayq in ``DATABASES``;
-  ``DJANGO_TASK_QUEUE``: the default queue (``celery``).
+  ``DJANGO_TASK_QUEUE``: the default queue (``celery``);
+* ``DJANGO_BEAT_APPS``: ``1`` adds what a team on django-celery-beat runs: ``django_celery_beat``,
+  ``django_celery_results`` (the result backend ``django-db``) and the admin (with auth,
+  sessions and messages, at ``/admin/``); ``DJANGO_BEAT_SCHEDULER``, ``DJANGO_BEAT_SOURCE``,
+  ``DJANGO_BEAT_REFRESH``: Celery's ``beat_scheduler`` and delayq_beat's
+  ``delayq_beat_source`` / ``delayq_beat_refresh_interval`` (seconds).
 """
 
 from __future__ import annotations
@@ -62,3 +67,24 @@ CELERY_BROKER_URL = os.environ.get("DJANGO_BROKER_URL") or broker_url(DATABASES[
 CELERY_BROKER_TRANSPORT_OPTIONS = json.loads(os.environ.get("DELAYQ_TRANSPORT_OPTIONS", "{}"))
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("DJANGO_TASK_QUEUE", "celery")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+if os.environ.get("DJANGO_BEAT_APPS") == "1":
+    INSTALLED_APPS += ["django_celery_beat", "django_celery_results", "django.contrib.admin",
+                       "django.contrib.auth", "django.contrib.contenttypes",
+                       "django.contrib.sessions", "django.contrib.messages"]
+    MIDDLEWARE = ["django.contrib.sessions.middleware.SessionMiddleware",
+                  "django.middleware.csrf.CsrfViewMiddleware",
+                  "django.contrib.auth.middleware.AuthenticationMiddleware",
+                  "django.contrib.messages.middleware.MessageMiddleware"]
+    TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates",
+                  "APP_DIRS": True, "OPTIONS": {"context_processors": [
+                      "django.template.context_processors.request",
+                      "django.contrib.auth.context_processors.auth",
+                      "django.contrib.messages.context_processors.messages"]}}]
+    TIME_ZONE = "UTC"
+    CELERY_RESULT_BACKEND = "django-db"
+    CELERY_RESULT_EXTENDED = True  # django-celery-results stores periodic_task_name
+    CELERY_BEAT_SCHEDULER = os.environ.get("DJANGO_BEAT_SCHEDULER",
+                                           "django_celery_beat.schedulers:DatabaseScheduler")
+    CELERY_DELAYQ_BEAT_SOURCE = os.environ.get("DJANGO_BEAT_SOURCE") or None
+    CELERY_DELAYQ_BEAT_REFRESH_INTERVAL = float(os.environ.get("DJANGO_BEAT_REFRESH", "60"))

@@ -15,3 +15,13 @@ class Receipt(models.Model):
     found = models.BooleanField()
     task_id = models.CharField(max_length=64)
     ran = models.DateTimeField(auto_now_add=True)
+
+
+class Tick(models.Model):
+    """One run of ``tick``: which schedule, which occurrence, when it ran (one row per run, so
+    a duplicate run shows as two rows with one task id)."""
+
+    label = models.CharField(max_length=100)
+    task_id = models.CharField(max_length=64)
+    at_ms = models.BigIntegerField(null=True)  # the occurrence's time (beat's header)
+    ran = models.DateTimeField(auto_now_add=True)
