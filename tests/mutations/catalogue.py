@@ -1,0 +1,33 @@
+"""Bugs planted by ``check.py``, each with the tests that must catch it (issue 38).
+
+``old`` must occur exactly once in ``path``; ``new`` is the bug. ``item`` is the issue item the
+mutation belongs to. Keep each replacement small and obvious: it stands for a regression a
+reviewer could miss, and the named tests are the ones whose names claim to guard against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    item: str
+    path: str
+    old: str
+    new: str
+    tests: list[str]
+    why: str
+
+
+MUTATIONS: list[Mutation] = [
+    Mutation(
+        "dead-letter-expiry", "1", "delayq_transport/dramatiq/broker.py",
+        "        return partitions.expire(self.queue, [self.dead_letter_kind(q) for q in "
+        "self.queues])",
+        "        return 0",
+        ["tests/integration/test_dramatiq_broker.py::"
+         "test_nack_moves_the_row_to_dead_letters_which_expire_after_their_retention"],
+        "DelayqBroker.expire_dead_letters deletes nothing"),
+]
