@@ -30,4 +30,19 @@ MUTATIONS: list[Mutation] = [
         ["tests/integration/test_dramatiq_broker.py::"
          "test_nack_moves_the_row_to_dead_letters_which_expire_after_their_retention"],
         "DelayqBroker.expire_dead_letters deletes nothing"),
+    Mutation(
+        "second-beat-never-starts", "2", "tests/acceptance/test_beat_processes.py",
+        '    second = beat(start, scheduler="delayq", name="beat-alias", ready=None, '
+        'extra_env=short)',
+        "    second = first",
+        ["tests/acceptance/test_beat_processes.py::test_two_beats_every_tick_runs_exactly_once"],
+        "the two-beat test runs one beat only (a test-side mutation: the ticks it counts must "
+        "depend on the second beat)"),
+    Mutation(
+        "second-beat-dies", "2", "tests/acceptance/test_beat_processes.py",
+        "    for proc in (first, second):\n        proc.wait_for_log(BEAT_READY, timeout=60)\n",
+        "    for proc in (first, second):\n        proc.wait_for_log(BEAT_READY, timeout=60)\n"
+        "    second.kill(signal.SIGKILL)\n",
+        ["tests/acceptance/test_beat_processes.py::test_two_beats_every_tick_runs_exactly_once"],
+        "the second beat dies after its first refresh (a test-side mutation)"),
 ]
