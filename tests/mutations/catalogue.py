@@ -45,4 +45,12 @@ MUTATIONS: list[Mutation] = [
         "    second.kill(signal.SIGKILL)\n",
         ["tests/acceptance/test_beat_processes.py::test_two_beats_every_tick_runs_exactly_once"],
         "the second beat dies after its first refresh (a test-side mutation)"),
+    Mutation(
+        "installer-incremental-min-lead", "3", "delayq_beat/installer.py",
+        "            offers, can_update=False, min_lead=self.settings.min_lead)",
+        "            offers, can_update=False, min_lead=None)",
+        ["tests/integration/test_beat_installer.py::"
+         "test_a_stalled_refresh_does_not_revive_a_tick_that_ran_meanwhile"],
+        "the installer's incremental insert without min_lead: a tick that ran while a "
+        "refresh stalled is installed again"),
 ]
