@@ -53,4 +53,10 @@ MUTATIONS: list[Mutation] = [
          "test_a_stalled_refresh_does_not_revive_a_tick_that_ran_meanwhile"],
         "the installer's incremental insert without min_lead: a tick that ran while a "
         "refresh stalled is installed again"),
+    Mutation(
+        "entry-hash-order", "4", "delayq_beat/entries.py",
+        "        sort_keys=True, default=repr,",
+        "        sort_keys=False, default=repr,",
+        ["tests/unit/test_beat_entries.py::test_hash_ignores_the_order_of_kwargs_and_options"],
+        "entry_hash depends on the order of kwargs and options"),
 ]
