@@ -114,10 +114,12 @@ def test_workers_retries_and_outcomes(database_url: str, producer: Any, start_wo
     wait_until(held, timeout=30, message="a worker holds the sleepy task")
     row = page.locator("#workers tbody tr[data-worker]").first
     assert "celery" in row.inner_text() and "holding" in row.inner_text()
+    expect(row.locator("td.n").first).to_have_text("1")  # the sleepy task, nothing else is due
     expect(page.locator("#celery-workers")).to_contain_text("alive")
     expect(page.locator("#consumed")).to_contain_text("consumed")
 
     page.goto(server.url + "/tasks")
+    expect(page.locator(f"tr[data-key='{busy.id}'] .state")).to_have_text("in flight")
     retry_row = page.locator(f"tr[data-key='{retried.id}']")
     expect(retry_row.locator(".badge.retry")).to_have_text("retry #1")
     retry_row.locator("a").first.click()
@@ -129,4 +131,3 @@ def test_workers_retries_and_outcomes(database_url: str, producer: Any, start_wo
     expect(page.locator("#outcome-result")).to_contain_text("all good")
     assert page.locator("#gone").count() == 1
     worker.kill()  # not a warm shutdown: that would wait for the sleeping task
-    assert busy.id

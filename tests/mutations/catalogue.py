@@ -59,4 +59,42 @@ MUTATIONS: list[Mutation] = [
         "        sort_keys=False, default=repr,",
         ["tests/unit/test_beat_entries.py::test_hash_ignores_the_order_of_kwargs_and_options"],
         "entry_hash depends on the order of kwargs and options"),
+    Mutation(
+        "beat-list-ignores-next", "5", "delayq_beat/cli.py",
+        ".installed(key_prefix(name), shown)",
+        ".installed(key_prefix(name), 1)",
+        ["tests/integration/test_beat_scheduler.py::"
+         "test_cli_list_shows_next_occurrences_with_install_time"],
+        "`delayq beat list --next 2` shows one occurrence per entry"),
+    Mutation(
+        "beat-list-shows-install-time-as-occurrence", "5", "delayq_beat/cli.py",
+        "upcoming = \"\\n\".join(f\"{_fmt(r.scheduled_at_initially_ms)} \"",
+        "upcoming = \"\\n\".join(f\"{_fmt(r.created_at_ms)} \"",
+        ["tests/integration/test_beat_scheduler.py::"
+         "test_cli_list_shows_next_occurrences_with_install_time"],
+        "`delayq beat list` shows when an occurrence was installed in place of its time"),
+    Mutation(
+        "reschedule-in-ignores-delay", "5", "delayq_transport/tasks/service.py",
+        "        return self.reschedule(ident, from_ms(self.inspector.now_ms()) + delay)",
+        "        return self.reschedule(ident, from_ms(self.inspector.now_ms()))",
+        ["tests/integration/test_tasks.py::test_cli_list_show_cancel_reschedule"],
+        "`delayq tasks reschedule --in 2h` moves the task to now"),
+    Mutation(
+        "status-scheduled-always-zero", "5", "delayq_transport/core/counts.py",
+        "    return KindStatus(kind, int(due), int(scheduled), int(in_flight),",
+        "    return KindStatus(kind, int(due), 0, int(in_flight),",
+        ["tests/acceptance/test_demo_and_example.py::test_example_project_url_swap"],
+        "`delayq status` shows no scheduled task (the example's six countdowns vanish)"),
+    Mutation(
+        "spark-report-nothing-overdue", "5", "delayq_transport/spark/read.py",
+        '(F.col("scheduled_at") <= now_col))',
+        '(F.col("scheduled_at") > now_col))',
+        ["tests/integration/test_spark.py::test_spark_report_cli"],
+        "`delayq spark-report` counts rows not yet due as overdue (and due ones not)"),
+    Mutation(
+        "held-row-not-in-flight", "5", "delayq_transport/core/inspect.py",
+        "        return self.lock is not None and self.scheduled_at_ms > self.now_ms",
+        "        return False",
+        ["tests/browser/test_outcomes_pages.py::test_workers_retries_and_outcomes"],
+        "the tasks page shows a task a worker holds as scheduled, not in flight"),
 ]
