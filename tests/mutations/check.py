@@ -77,7 +77,7 @@ def check(m: Mutation, workdir: Path, control: bool) -> bool:
     if caught:
         failed = [ln for ln in log.read_text(errors="replace").splitlines()
                   if ln.startswith("FAILED ")]
-        for line in failed[:3]:
+        for line in failed[-3:]:
             print(f"      {line[:160]}")
     return caught
 
