@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .counts import bounded_read
 from .errors import InvalidInput
 from .queue import DelayedQueue
 from .validate import validate_key, validate_kind
@@ -147,7 +148,7 @@ class Inspector:
         return int(row[0])
 
     def kinds(self) -> list[str]:
-        rows = self.db.fetchall(self.q["inspect_kinds"], {"limit": MAX_KINDS})
+        rows = bounded_read(self.queue, "inspect_kinds", {"limit": MAX_KINDS})
         return [r[0] for r in rows]
 
     def window(
@@ -170,7 +171,7 @@ class Inspector:
         params = {"kinds": kinds, "after_at": int(after[0]), "after_id": int(after[1]),
                   "lo": int(lo), "hi": int(hi), "budget": budget, "with_payload": with_payload,
                   "now": self._now()}
-        return [TaskRow.from_row(r) for r in self.db.fetchall(self.q["inspect_window"], params)]
+        return [TaskRow.from_row(r) for r in bounded_read(self.queue, "inspect_window", params)]
 
     def held(self, kinds: Sequence[str], *, after: tuple[int, int] = (MIN_MS, MIN_MS),
              budget: int = 100) -> list[TaskRow]:
@@ -180,22 +181,22 @@ class Inspector:
             raise InvalidInput(f"budget must be 1..{MAX_WINDOW}, got {budget}")
         params = {"kinds": [validate_kind(k) for k in kinds], "after_at": int(after[0]),
                   "after_id": int(after[1]), "budget": budget, "now": self._now()}
-        return [TaskRow.from_row(r) for r in self.db.fetchall(self.q["inspect_held"], params)]
+        return [TaskRow.from_row(r) for r in bounded_read(self.queue, "inspect_held", params)]
 
     def by_ids(self, ids: Sequence[int]) -> list[TaskRow]:
         ids = [int(i) for i in ids]
         if not ids:
             return []
-        rows = self.db.fetchall(self.q["inspect_by_ids"], {"ids": ids, "now": self._now()})
+        rows = bounded_read(self.queue, "inspect_by_ids", {"ids": ids, "now": self._now()})
         return [TaskRow.from_row(r) for r in rows]
 
     def by_key(self, key: str) -> list[TaskRow]:
         params = {"key": validate_key(key), "now": self._now()}
-        return [TaskRow.from_row(r) for r in self.db.fetchall(self.q["inspect_by_key"], params)]
+        return [TaskRow.from_row(r) for r in bounded_read(self.queue, "inspect_by_key", params)]
 
     def by_keys(self, keys: Sequence[str]) -> list[TaskRow]:
         params = {"keys": [validate_key(k) for k in keys], "now": self._now()}
-        return [TaskRow.from_row(r) for r in self.db.fetchall(self.q["inspect_by_keys"], params)]
+        return [TaskRow.from_row(r) for r in bounded_read(self.queue, "inspect_by_keys", params)]
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         """Delete the waiting rows among ``ids``; returns the ids deleted (held rows stay)."""
@@ -232,7 +233,7 @@ class Inspector:
             return []
         params = {"kinds": kinds, "cap": cap, "redelivered_cap": redelivered_cap,
                   "now": self._now()}
-        rows = self.db.fetchall(self.q["inspect_overview"], params)
+        rows = bounded_read(self.queue, "inspect_overview", params)
         return [KindOverview(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]),
                              None if r[5] is None else int(r[5]),
                              None if r[6] is None else int(r[6]), int(r[7]), cap)
@@ -248,7 +249,7 @@ class Inspector:
         if not kinds:
             return [0] * (len(edges) - 1)
         params = {"kinds": kinds, "los": list(edges[:-1]), "his": list(edges[1:]), "cap": cap}
-        return [int(r[1]) for r in self.db.fetchall(self.q["inspect_timeline"], params)]
+        return [int(r[1]) for r in bounded_read(self.queue, "inspect_timeline", params)]
 
     def stats(self) -> TableStats:
         row = self.db.fetchone(self.q["inspect_stats"],
