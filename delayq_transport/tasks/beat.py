@@ -37,7 +37,8 @@ def beat_entries(queue: DelayedQueue, shown: int = NEXT_SHOWN) -> list[dict[str,
         definition = (row.definition if row else None) or {}
         upcoming: list[str] = []
         if inst is not None:
-            rows = CronService(queue.with_kind(inst.kind)).installed(key_prefix(name), shown)
+            rows = CronService(queue.with_kind(inst.kind)).installed(
+                key_prefix(name), shown, config_hash=inst.config_hash)
             upcoming = [str(iso(r.scheduled_at_initially_ms)) for r in rows]
         out.append({
             "name": name, "origin": "db" if row and row.definition else "config",

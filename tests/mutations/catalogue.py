@@ -61,8 +61,8 @@ MUTATIONS: list[Mutation] = [
         "entry_hash depends on the order of kwargs and options"),
     Mutation(
         "beat-list-ignores-next", "5", "delayq_beat/cli.py",
-        ".installed(key_prefix(name), shown)",
-        ".installed(key_prefix(name), 1)",
+        "                key_prefix(name), shown, config_hash=inst.config_hash)",
+        "                key_prefix(name), 1, config_hash=inst.config_hash)",
         ["tests/integration/test_beat_scheduler.py::"
          "test_cli_list_shows_next_occurrences_with_install_time"],
         "`delayq beat list --next 2` shows one occurrence per entry"),
