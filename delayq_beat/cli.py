@@ -78,7 +78,8 @@ def entries_table(queue: DelayedQueue, store: BeatStore, shown: int = NEXT_SHOWN
         what = f"{task} {_schedule_text(row.definition if row else None)}".strip()
         upcoming = "-"
         if inst is not None:
-            rows = CronService(queue.with_kind(inst.kind)).installed(key_prefix(name), shown)
+            rows = CronService(queue.with_kind(inst.kind)).installed(
+                key_prefix(name), shown, config_hash=inst.config_hash)
             upcoming = "\n".join(f"{_fmt(r.scheduled_at_initially_ms)} "
                                  f"({_fmt(r.created_at_ms, '%H:%M:%S')})"
                                  for r in rows) or "-"
