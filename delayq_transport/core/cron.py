@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from .counts import bounded_read
 from .errors import InvalidInput
 from .queue import DelayedQueue
 from .timeutil import from_ms, to_ms
@@ -203,7 +204,7 @@ class CronService:
             first = f"{prefix}/{validate_hash(config_hash)}/"
             params = {"kind": self.queue.kind, "lo": first, "hi": first + "9" * KEY_MS_DIGITS,
                       "config_pattern": like_escape(first) + "%", "limit": limit}
-            rows = self.queue.db.fetchall(self.queue.queries["cron_list_config"], params)
+            rows = bounded_read(self.queue, "cron_list_config", params)
         return [StoredMessage.from_row(r) for r in rows]
 
     def _patterns(self, prefix: str, hash_: str) -> dict[str, str]:
