@@ -104,4 +104,20 @@ MUTATIONS: list[Mutation] = [
         ["tests/acceptance/test_dramatiq_peer.py::test_dramatiq_peer_suite"],
         "a Dramatiq consumer hands the messages of one poll to the worker last first "
         "(Dramatiq's in-order test, tolerated as a timing failure before, could not tell)"),
+    Mutation(
+        "inspection-without-plan-guard", "10", "delayq_transport/core/counts.py",
+        '            cursor_of(conn).execute(q["count_plan_guard"])\n'
+        '            return cursor_of(conn).execute(q[name], params).fetchall()',
+        '            return cursor_of(conn).execute(q[name], params).fetchall()',
+        ["tests/integration/test_reads_at_size.py::"
+         "test_tasks_reads_and_counts_read_on_an_index"],
+        "inspection reads run without count_plan_guard (the overview of queues with nothing "
+        "due scans the table)"),
+    Mutation(
+        "beat-page-walks-the-kind", "10", "delayq_transport/tasks/beat.py",
+        "key_prefix(name), shown, config_hash=inst.config_hash)",
+        "key_prefix(name), shown)",
+        ["tests/integration/test_reads_at_size.py::"
+         "test_every_web_page_and_api_call_reads_on_an_index"],
+        "the beat page lists an entry's occurrences by walking its queue kind in time order"),
 ]
