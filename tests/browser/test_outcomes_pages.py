@@ -9,15 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import dramatiq  # noqa: F401  (the dev extra installs it: missing, collection fails here)
 import psycopg
 import pytest
 from acceptance.celery_app import flaky, mark, sleepy
 from acceptance.conftest import executions, wait_until
-from playwright.sync_api import expect
-
-pytest.importorskip("dramatiq")
-
 from acceptance.test_dramatiq_worker import RUNS_DDL, DramatiqWorker, runs  # noqa: E402
+from playwright.sync_api import expect
 
 from delayq_transport import DelayedQueue  # noqa: E402
 from delayq_transport.tasks.deadletters import DeadLetterService  # noqa: E402

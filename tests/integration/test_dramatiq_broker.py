@@ -5,11 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-import pytest
-
-pytest.importorskip("dramatiq")
-
 import dramatiq  # noqa: E402
+import pytest
 from dramatiq.message import Message  # noqa: E402
 
 from delayq_transport.core import partitions  # noqa: E402

@@ -7,11 +7,10 @@ import uuid
 import warnings
 from collections.abc import Iterator
 
+import dramatiq  # noqa: F401  (the dev extra installs it: missing, collection fails here)
 import psycopg
 import pytest
 from _hangup import hang_up_server
-
-pytest.importorskip("dramatiq")
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
