@@ -145,12 +145,15 @@ def table_stats(url: str, table: str = TABLE) -> dict[str, Any]:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("""
             SELECT pg_table_size(c.oid), pg_indexes_size(c.oid), s.n_dead_tup, s.n_live_tup,
-                   s.autovacuum_count, s.autoanalyze_count
+                   s.autovacuum_count, s.autoanalyze_count,
+                   (SELECT sum(i.idx_blks_hit + i.idx_blks_read) FROM pg_statio_user_indexes AS i
+                    WHERE i.relid = c.oid AND i.indexrelname LIKE '%%KindPlusScheduledAt%%')
             FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
             WHERE c.oid = %s::regclass""", [table]).fetchone()
     assert row is not None
+    # The last: pages of the (pKind, scheduledAt) index read so far, what the polls walk.
     keys = ("table_bytes", "index_bytes", "dead_tuples", "live_tuples", "autovacuums",
-            "autoanalyzes")
+            "autoanalyzes", "kind_index_pages")
     return dict(zip(keys, row, strict=True))
 
 

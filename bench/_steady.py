@@ -98,6 +98,9 @@ class SteadyRun:
         self.lock = threading.Lock()
         self.window = Window()
         self.errors: list[BaseException] = []
+        #: Rows offered, rows handed to a consumer, and acks that deleted their row, over the
+        #: whole run: a row delivered twice shows as delivered > acked.
+        self.produced = self.delivered = self.acked = 0
         self.db = Database(cfg.url, max_size=cfg.consumers + 2)
         self.table = HotAcquireQueue.TABLE if cfg.variant == "hot_acquire" else TABLE
         if cfg.variant == "hot_acquire":
@@ -125,6 +128,8 @@ class SteadyRun:
             if n:
                 self.queue.offer_batch([(uuid.uuid4().hex, self.cfg.payload, None)
                                         for _ in range(n)], can_update=False)
+                with self.lock:
+                    self.produced += n
             tick += 1
             pause = start + tick * PRODUCE_TICK_S - time.monotonic()
             if pause > 0:
@@ -135,10 +140,11 @@ class SteadyRun:
             t0 = time.perf_counter()
             got = self.queue.poll(self.cfg.batch)[0]
             poll_ms = (time.perf_counter() - t0) * 1000
-            if got:
-                self.queue.ack_many(got)
+            acked = self.queue.ack_many(got) if got else 0
             now_ms = time.time() * 1000
             with self.lock:
+                self.delivered += len(got)
+                self.acked += acked
                 self.window.polls_ms.append(poll_ms)
                 self.window.pickups_ms += [now_ms - e.scheduled_at_initially_ms for e in got]
                 self.window.done += len(got)
@@ -152,7 +158,8 @@ class SteadyRun:
                 "pickup_p50_ms": _p(window.pickups_ms, 50),
                 "pickup_p99_ms": _p(window.pickups_ms, 99),
                 "poll_p50_ms": _p(window.polls_ms, 50), "poll_p99_ms": _p(window.polls_ms, 99),
-                "polls": len(window.polls_ms), **table_stats(self.cfg.url, self.table)}
+                "polls": len(window.polls_ms), "delivered": window.done,
+                **table_stats(self.cfg.url, self.table)}
 
     def run(self, on_sample: Callable[[dict[str, Any]], None] | None = None
             ) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from .counts import bounded_read
 from .errors import InvalidInput
 from .queue import DelayedQueue
 from .timeutil import from_ms, to_ms
@@ -64,6 +65,10 @@ def validate_hash(value: object) -> str:
     if not isinstance(value, str) or not value or "/" in value or len(value) > 32:
         raise InvalidInput(f"config hash must be 1-32 characters without '/': {value!r}")
     return value
+
+
+#: Digits of the epoch ms that ends a cron key: 13 from 2001 to 2286; more bounds the key range.
+KEY_MS_DIGITS = 20
 
 
 def cron_key(prefix: str, hash_: str, at: datetime) -> str:
@@ -188,10 +193,21 @@ class CronService:
         patterns["config_pattern"] = patterns["prefix_pattern"]
         return self.queue.db.execute(self.queue.queries["cron_uninstall"], patterns)
 
-    def installed(self, key_prefix: str, limit: int = 100) -> list[StoredMessage]:
-        """The waiting rows of ``key_prefix`` (any configuration), soonest first."""
-        params = self._patterns(validate_prefix(key_prefix), "") | {"limit": limit}
-        rows = self.queue.db.fetchall(self.queue.queries["cron_list"], params)
+    def installed(self, key_prefix: str, limit: int = 100,
+                  config_hash: str | None = None) -> list[StoredMessage]:
+        """The soonest installed occurrences of a prefix. With ``config_hash`` (the ledger's),
+        only that configuration's, read from the key index: a bounded read at any table size,
+        where walking the kind in time order passes every other row of the kind before the
+        prefix's occurrences (what listing a daily entry among 5M tasks of its queue did)."""
+        prefix = validate_prefix(key_prefix)
+        if config_hash is None:
+            params = self._patterns(prefix, "") | {"limit": limit}
+            rows = self.queue.db.fetchall(self.queue.queries["cron_list"], params)
+        else:
+            first = f"{prefix}/{validate_hash(config_hash)}/"
+            params = {"kind": self.queue.kind, "lo": first, "hi": first + "9" * KEY_MS_DIGITS,
+                      "config_pattern": like_escape(first) + "%", "limit": limit}
+            rows = bounded_read(self.queue, "cron_list_config", params)
         return [StoredMessage.from_row(r) for r in rows]
 
     def _patterns(self, prefix: str, hash_: str) -> dict[str, str]:

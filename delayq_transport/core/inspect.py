@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .counts import bounded_read
 from .errors import InvalidInput
 from .queue import DelayedQueue
 from .types import KindOverview, TableStats
@@ -99,7 +100,7 @@ class Inspector:
         return int(row[0])
 
     def kinds(self) -> list[str]:
-        rows = self.db.fetchall(self.q["inspect_kinds"], {"limit": MAX_KINDS})
+        rows = bounded_read(self.queue, "inspect_kinds", {"limit": MAX_KINDS})
         return [r[0] for r in rows]
 
     def window(
@@ -122,7 +123,7 @@ class Inspector:
         params = {"kinds": kinds, "after_at": int(after[0]), "after_id": int(after[1]),
                   "lo": int(lo), "hi": int(hi), "budget": budget, "with_payload": with_payload,
                   "now": self._now()}
-        return [TaskRow.from_row(r) for r in self.db.fetchall(self.q["inspect_window"], params)]
+        return [TaskRow.from_row(r) for r in bounded_read(self.queue, "inspect_window", params)]
 
     def held(self, kinds: Sequence[str], *, after: tuple[int, int] = (MIN_MS, MIN_MS),
              budget: int = 100) -> list[TaskRow]:
@@ -132,7 +133,11 @@ class Inspector:
             raise InvalidInput(f"budget must be 1..{MAX_WINDOW}, got {budget}")
         params = {"kinds": [validate_kind(k) for k in kinds], "after_at": int(after[0]),
                   "after_id": int(after[1]), "budget": budget, "now": self._now()}
-        return [TaskRow.from_row(r) for r in self.db.fetchall(self.q["inspect_held"], params)]
+        return [TaskRow.from_row(r) for r in bounded_read(self.queue, "inspect_held", params)]
+
+    # Lookups by id or key run as they are, not under the plan guard: an equality on a unique
+    # index is planned right whatever the statistics, and with sorts off a lookup ordered by
+    # id walked the whole primary key instead of sorting the one row found (2M rows read).
 
     def by_ids(self, ids: Sequence[int]) -> list[TaskRow]:
         ids = [int(i) for i in ids]
@@ -184,7 +189,7 @@ class Inspector:
             return []
         params = {"kinds": kinds, "cap": cap, "redelivered_cap": redelivered_cap,
                   "now": self._now()}
-        rows = self.db.fetchall(self.q["inspect_overview"], params)
+        rows = bounded_read(self.queue, "inspect_overview", params)
         return [KindOverview(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]),
                              None if r[5] is None else int(r[5]),
                              None if r[6] is None else int(r[6]), int(r[7]), cap)
@@ -200,7 +205,7 @@ class Inspector:
         if not kinds:
             return [0] * (len(edges) - 1)
         params = {"kinds": kinds, "los": list(edges[:-1]), "his": list(edges[1:]), "cap": cap}
-        return [int(r[1]) for r in self.db.fetchall(self.q["inspect_timeline"], params)]
+        return [int(r[1]) for r in bounded_read(self.queue, "inspect_timeline", params)]
 
     def stats(self) -> TableStats:
         row = self.db.fetchone(self.q["inspect_stats"],

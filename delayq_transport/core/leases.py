@@ -19,6 +19,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .counts import bounded_read
 from .timeutil import to_ms
 
 if TYPE_CHECKING:
@@ -95,8 +96,7 @@ class Worker:
 
 def workers(queue: QueueHandle, cap: int = LEASES_CAP) -> tuple[list[Worker], bool, int]:
     """(workers by rows held, whether ``cap`` cut the read short, the database's now)."""
-    rows = queue.db.fetchall(queue.queries["leases_held"], {"cap": int(cap),
-                                                            "now": queue.clock_ms()})
+    rows = bounded_read(queue, "leases_held", {"cap": int(cap), "now": queue.clock_ms()})
     found: dict[str, Worker] = {}
     for lock, kind, n, lo, hi, eta, now in rows:
         w = found.setdefault(lock[:TAG_LEN], Worker(lock[:TAG_LEN], now_ms=int(now)))

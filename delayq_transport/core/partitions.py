@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
+from .counts import bounded_read
 from .cron import like_escape
 from .errors import InvalidInput
 from .queue import DelayedQueue
@@ -82,15 +83,15 @@ def dead_letters_page(queue: DelayedQueue, kinds: Sequence[str], before: tuple[i
         raise InvalidInput(f"limit must be 1..1000, got {limit}")
     params = {"kinds": [validate_kind(k) for k in kinds], "before_at": int(before[0]),
               "before_id": int(before[1]), "limit": int(limit), "now": queue.clock_ms()}
-    return queue.db.fetchall(queue.queries["dead_letters_page"], params) if kinds else []
+    return bounded_read(queue, "dead_letters_page", params) if kinds else []
 
 
 def dead_letters_count(queue: DelayedQueue, kinds: Sequence[str], cap: int) -> dict[str, int]:
     """Rows per kept kind, each count stopping at ``cap``."""
     if not kinds:
         return {}
-    rows = queue.db.fetchall(queue.queries["dead_letters_count"],
-                             {"kinds": [validate_kind(k) for k in kinds], "cap": int(cap)})
+    rows = bounded_read(queue, "dead_letters_count",
+                        {"kinds": [validate_kind(k) for k in kinds], "cap": int(cap)})
     return {r[0]: int(r[1]) for r in rows}
 
 

@@ -360,6 +360,20 @@ WHERE "pKind" = %(kind)s AND "pKey" LIKE %(prefix_pattern)s ESCAPE '\'
 ORDER BY "scheduledAt"
 LIMIT %(limit)s
 
+-- cron_list_config --
+-- Installed occurrences of one config hash of a prefix, soonest first, from the unique key
+-- index. Their keys (`prefix/hash/ms`) differ only in the occurrence's epoch ms, 13 digits from
+-- 2001 to 2286, so key order is time order, and in any collation they lie between
+-- `prefix/hash/` and that followed by 20 nines (`lo`, `hi`); LIKE keeps only them. cron_list
+-- walks the kind in time order instead, past every other row of the kind until it has found
+-- `limit` occurrences: the next three days of a queue for a daily entry, 1.25M rows of a 5M one.
+SELECT "id", "pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "lockUuid", "createdAt"
+FROM {table}
+WHERE "pKey" >= %(lo)s AND "pKey" <= %(hi)s AND "pKind" = %(kind)s
+  AND "pKey" LIKE %(config_pattern)s ESCAPE '\'
+ORDER BY "pKey"
+LIMIT %(limit)s
+
 -- migrations_ensure --
 -- The ledger of applied schema versions, one row per (table, version).
 CREATE TABLE IF NOT EXISTS {migrations} (

@@ -46,7 +46,8 @@ def list_entries(queue: DelayedQueue, store: EntryStore, shown: int) -> list[Lis
         definition = (row.definition if row else None) or {}
         upcoming: list[StoredMessage] = []
         if inst is not None:
-            upcoming = CronService(queue.with_kind(inst.kind)).installed(key_prefix(name), shown)
+            upcoming = CronService(queue.with_kind(inst.kind)).installed(
+                key_prefix(name), shown, config_hash=inst.config_hash)
         out.append(ListedEntry(
             name, "db" if row and row.definition else "config", not (row and not row.enabled),
             str(definition.get("task") or ""), describe(definition),

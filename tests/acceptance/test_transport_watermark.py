@@ -2,13 +2,13 @@
 the consumer's floor (an ETA already past) is announced by NOTIFY and delivered at once, and a
 lost LISTEN session (announcements missed) makes the next poll scan from the bottom.
 
-Consumers run with a 30 s fallback poll and a one-hour full rescan: a delivery within a second
-can only come from the NOTIFY lowering the floor, or from the reset after a reconnect.
+Consumers run with a 30 s fallback poll and a one-hour full rescan: a delivery within the few
+seconds each test waits for it can only come from the NOTIFY lowering the floor, or from the
+reset after a reconnect.
 """
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 from delayq_transport.transport import message as msg
@@ -26,11 +26,9 @@ pytest_plugins = ("_kombu_env",)
 NO_RESCAN_S = 3600.0
 
 
-def offer_past(q, name: str) -> float:  # type: ignore[no-untyped-def]
+def offer_past(q, name: str) -> None:  # type: ignore[no-untyped-def]
     payload = msg.encode(msg.task_message("t.wake", [name], task_id=name, queue=q.kind))
-    started = time.time()
     q.offer(name, payload, q.now() - timedelta(seconds=60))
-    return started
 
 
 def test_a_row_due_in_the_past_is_delivered_through_notify(
@@ -40,10 +38,9 @@ def test_a_row_due_in_the_past_is_delivered_through_notify(
             consuming(conn, "wm") as got, queue_of(kombu_db, kombu_table, "wm") as q:
         offer_task(q, "first")
         conn.drain_events(timeout=5)  # the floor is now above everything already taken
-        started = offer_past(q, "late")
-        conn.drain_events(timeout=3)
+        offer_past(q, "late")
+        conn.drain_events(timeout=3)  # bounded: the fallback poll would take 30 s
     assert [body[0] for _, body in got] == [["first"], ["late"]]
-    assert got[1][0] - started < 1.0
 
 
 def test_missed_announcements_reset_the_floor(
@@ -54,7 +51,8 @@ def test_missed_announcements_reset_the_floor(
         offer_task(q, "first")
         conn.drain_events(timeout=5)
         terminate_listen_backend(kombu_db, kombu_table)
-        started = offer_past(q, "unheard")  # its NOTIFY reaches no one
-        conn.drain_events(timeout=3)  # sees the dead LISTEN socket, reconnects, polls
+        offer_past(q, "unheard")  # its NOTIFY reaches no one
+        # Sees the dead LISTEN socket, reconnects, polls; bounded: the fallback poll would
+        # take 30 s, a rescan an hour.
+        conn.drain_events(timeout=3)
     assert [body[0] for _, body in got] == [["first"], ["unheard"]]
-    assert got[1][0] - started < 4.0  # the fallback poll would take 30 s, a rescan an hour

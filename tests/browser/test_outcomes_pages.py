@@ -9,15 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import dramatiq  # noqa: F401  (the dev extra installs it: missing, collection fails here)
 import psycopg
 import pytest
 from acceptance.celery_app import flaky, mark, sleepy
 from acceptance.conftest import executions, wait_until
-from playwright.sync_api import expect
-
-pytest.importorskip("dramatiq")
-
 from acceptance.test_dramatiq_worker import RUNS_DDL, DramatiqWorker, runs  # noqa: E402
+from playwright.sync_api import expect
 
 from delayq_transport import DelayedQueue  # noqa: E402
 from delayq_transport.tasks.deadletters import DeadLetterService  # noqa: E402
@@ -114,10 +112,12 @@ def test_workers_retries_and_outcomes(database_url: str, producer: Any, start_wo
     wait_until(held, timeout=30, message="a worker holds the sleepy task")
     row = page.locator("#workers tbody tr[data-worker]").first
     assert "celery" in row.inner_text() and "holding" in row.inner_text()
+    expect(row.locator("td.n").first).to_have_text("1")  # the sleepy task, nothing else is due
     expect(page.locator("#celery-workers")).to_contain_text("alive")
     expect(page.locator("#consumed")).to_contain_text("consumed")
 
     page.goto(server.url + "/tasks")
+    expect(page.locator(f"tr[data-key='{busy.id}'] .state")).to_have_text("in flight")
     retry_row = page.locator(f"tr[data-key='{retried.id}']")
     expect(retry_row.locator(".badge.retry")).to_have_text("retry #1")
     retry_row.locator("a").first.click()
@@ -129,4 +129,3 @@ def test_workers_retries_and_outcomes(database_url: str, producer: Any, start_wo
     expect(page.locator("#outcome-result")).to_contain_text("all good")
     assert page.locator("#gone").count() == 1
     worker.kill()  # not a warm shutdown: that would wait for the sleeping task
-    assert busy.id

@@ -59,14 +59,16 @@ def test_reschedule_runs_at_the_new_time(database_url, producer, start_worker, w
     before = datetime.now(UTC)
     page.click("#reschedule")
     assert "now due at" in page.locator(".flash").inner_text()
+    after = datetime.now(UTC)
     new_eta = datetime.fromisoformat(page.locator(".flash").inner_text().split("now due at ")[1]
                                      .split()[0])
-    assert timedelta(seconds=2) < new_eta - before < timedelta(seconds=5)
+    ms = timedelta(milliseconds=1)
+    assert before + timedelta(seconds=3) - ms <= new_eta <= after + timedelta(seconds=3)
 
+    # Bounded: it runs at the new time, not at its old ETA an hour away.
     rows = wait_until(lambda: executions(database_url), timeout=20, message="moved task runs")
     assert rows[0]["task_id"] == later.id
-    ran_at = rows[0]["ran_at"]
-    assert new_eta <= ran_at < new_eta + timedelta(seconds=2), (new_eta, ran_at)
+    assert rows[0]["ran_at"] >= new_eta, (new_eta, rows[0]["ran_at"])  # not before it
     assert datetime.fromisoformat(rows[0]["eta"]) == new_eta  # the message's ETA moved too
 
 

@@ -14,7 +14,8 @@ import pytest
 from celery.schedules import crontab
 
 from delayq_beat import BeatStore, Installer, Settings, drop_misfired, make_spec
-from delayq_beat.installer import occurrence_task_id
+from delayq_beat.entries import EntrySpec
+from delayq_beat.installer import Route, default_route, occurrence_task_id
 from delayq_transport import DelayedQueue
 from delayq_transport.core.cron import parse_cron_key
 from delayq_transport.core.timeutil import to_ms
@@ -98,6 +99,33 @@ def test_second_refresh_only_adds_new_occurrences(base: DelayedQueue, clock: Clo
     report = inst.refresh(entry)
     assert report.installed == {"e": 3}
     assert len(rows(base)) == 13  # nobody consumed the old ones
+
+
+def test_a_stalled_refresh_does_not_revive_a_tick_that_ran_meanwhile(
+        base: DelayedQueue, clock: Clock) -> None:
+    """min_lead holds at the insert, not only when the refresh reads the clock: a restarted
+    beat (its first refresh re-offers the whole horizon) reads now = 58.5 s, stalls 3 s while
+    a worker runs and acks the tick of 60 s, then inserts: that tick must not come back."""
+    entry = {"e": spec("e", options={"delayq_misfire": "run_all"})}
+    installer(base).refresh(entry)  # T0: the ticks of 1..10 min
+    clock.now = T0 + timedelta(seconds=58.5)
+    ran: list[str] = []
+
+    def stalling_route(s: EntrySpec) -> Route:
+        clock.now = T0 + timedelta(seconds=61.5)  # the stall: the tick of 60 s is due ...
+        env = base.try_poll()
+        assert env is not None
+        base.ack(env)  # ... and a worker ran it
+        ran.append(env.key)
+        return default_route(s)
+
+    restarted = Installer(base, BeatStore(base.db, base.table), UTC_ZONE, SETTINGS,
+                          route=stalling_route)
+    report = restarted.refresh(entry)
+    assert [parse_cron_key(k)[2] for k in ran] == [T0 + timedelta(minutes=1)]
+    assert report.installed == {}, "a tick that already ran was installed again"
+    assert [parse_cron_key(k)[2] for k, *_ in rows(base)] == [
+        T0 + timedelta(minutes=m) for m in range(2, 11)]
 
 
 def test_priority_and_queue_choose_the_kind(base: DelayedQueue) -> None:

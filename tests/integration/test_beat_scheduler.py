@@ -9,12 +9,14 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from _tables import row_cells
 from celery import Celery
 from celery.schedules import crontab
 from click.testing import CliRunner
 
 from delayq_beat import Scheduler
 from delayq_transport.cli import main
+from delayq_transport.core.timeutil import from_ms
 from delayq_transport.transport import message
 
 
@@ -142,5 +144,16 @@ def test_cli_list_shows_next_occurrences_with_install_time(app: Celery, database
         sched.close()
     out = CliRunner().invoke(main, ["beat", "list", "--next", "2"],
                              env={"DELAYQ_DATABASE_URL": database_url, "COLUMNS": "200"}).output
-    row_lines = [ln for ln in out.splitlines() if "(" in ln and ":" in ln and "every" not in ln]
-    assert "every_10s" in out and len(row_lines) >= 1
+    with psycopg.connect(database_url) as conn:
+        soonest = conn.execute(
+            """SELECT "pKey", "scheduledAtInitially", "createdAt" FROM delayed_queue
+               WHERE "pKey" LIKE 'every\\_10s/%' ORDER BY "scheduledAt" LIMIT 2""").fetchall()
+    assert len(soonest) == 2
+    utc = "%m-%d %H:%M:%S"
+    expected = [f"{from_ms(at).strftime(utc)} ({from_ms(created).strftime('%H:%M:%S')})"
+                for _, at, created in soonest]
+    cells = row_cells(out, "every_10s")
+    assert cells["next 2 (installed)"] == expected, out
+    assert cells["hash"] == [soonest[0][0].split("/")[1][:8]], out
+    assert cells["queue"] == ["celery"] and cells["origin"] == ["config"], out
+

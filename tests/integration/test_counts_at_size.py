@@ -3,12 +3,13 @@ bounded number of index entries whatever the table holds, on a freshly bulk-load
 statistics yet, the case where the planner chose a bitmap scan of the whole kind) and after
 ANALYZE. A few hundred thousand rows keep the test affordable; the guard is size-independent:
 each statement's plan walks an index (no seq/bitmap scan, no sort, no JIT) and EXPLAIN ANALYZE
-shows it touched a small, fixed number of pages. bench/bench_counts.py times the same at 10M.
+shows it touched a small, fixed number of pages. bench/bench_counts.py times the same at 10M;
+test_reads_at_size.py checks every read of the status and the web page at 2M rows.
 """
 
 from __future__ import annotations
 
-import time
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -122,12 +123,10 @@ def test_capped_counts_are_labelled(big: DelayedQueue) -> None:
         DUE_ROWS, FAR_ROWS, "exact", "exact")
 
 
-def test_status_and_queue_size_answer_fast(big: DelayedQueue, big_url: str) -> None:
-    """Loose bounds (a loaded CI machine); the plans and page bounds above are the guard."""
-    started = time.perf_counter()
-    big.count_due()
-    big.status()
-    assert time.perf_counter() - started < 1.0
+def test_status_cli_reads_the_big_table(big_url: str) -> None:
     result = CliRunner().invoke(main, ["-d", big_url, "status", "--json"])
     assert result.exit_code == 0, result.output
-    assert '"due_accuracy"' in result.output
+    (celery,) = json.loads(result.output)["queues"]
+    # The command's clock is the database's (decades before NOW_MS): every row is ahead.
+    assert (celery["due"], celery["due_accuracy"]) == (0, "exact")
+    assert celery["scheduled"] >= 100_000 and celery["scheduled_accuracy"] != "exact"

@@ -5,11 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-import pytest
-
-pytest.importorskip("dramatiq")
-
 import dramatiq  # noqa: E402
+import pytest
 from dramatiq.message import Message  # noqa: E402
 
 from delayq_transport.core import partitions  # noqa: E402
@@ -69,6 +66,20 @@ def test_nack_moves_the_row_to_dead_letters_which_expire_after_their_retention(
     short.declare_queue("q")
     try:
         assert short.expire_dead_letters() == 0  # retention is fixed when dead-lettered
+        # A dead letter whose retention has ended is deleted, and only it: the one still kept,
+        # and a live message waiting in the queue, stay. Dead-lettered as a nack does it, with
+        # the broker's retention, but without a consumer: its hub would expire it at any time.
+        short.enqueue(_message("expired"))
+        short.enqueue(_message("waiting"), delay=3_600_000)
+        env = short.queue.with_kind("dramatiq:q").try_poll()
+        assert env is not None
+        assert partitions.dead_letter(short.queue, [env], short.dead_letter_kind("q"),
+                                      short.dead_message_ttl_s) == 1
+        assert short.stats("q") == {"messages": 1, "dead_letters": 2}
+        assert short.expire_dead_letters() == 1
+        assert [m.args for m in short.dead_letters_of("q")] == [("bad",)]
+        assert short.stats("q") == {"messages": 1, "dead_letters": 1}
+        assert short.expire_dead_letters() == 0
     finally:
         short.close()
 

@@ -10,12 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
+import dramatiq  # noqa: E402
 import psycopg
 import pytest
-
-pytest.importorskip("dramatiq")
-
-import dramatiq  # noqa: E402
 from test_beat_installer import Clock  # noqa: E402  (the injected clock of beat's tests)
 
 from delayq_transport.core.timeutil import from_ms, to_ms  # noqa: E402

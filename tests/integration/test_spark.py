@@ -14,10 +14,9 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pyspark  # noqa: F401  (the dev extra installs it: missing, collection fails here)
 import pytest
-
-pyspark = pytest.importorskip("pyspark", reason="the dev extra installs pyspark")
-
+from _tables import rich_tables, row_cells
 from pyspark import TaskContext  # noqa: E402
 from pyspark.sql import DataFrame, Row, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
@@ -330,9 +329,16 @@ def test_spark_report_cli(spark, database_url):
     late = spark.range(7).select(F.col("id").alias("n"),
                                  F.lit(datetime.now(UTC) - timedelta(hours=1)).alias("eta"))
     schedule_tasks(late, "t.cli", "eta", args=["n"], queue="reports", database_url=database_url)
-    out = CliRunner().invoke(main, ["-d", database_url, "spark-report", "--partitions", "2"])
+    out = CliRunner().invoke(main, ["-d", database_url, "spark-report", "--partitions", "2"],
+                             env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
-    assert "reports" in out.output and "Overdue" in out.output and "7" in out.output
+    tables = rich_tables(out.output)
+    assert len(tables) == 3, out.output  # backlog, overdue, redeliveries
+    assert row_cells(out.output, "reports", table=0)["rows"] == ["7"], out.output
+    late = row_cells(out.output, "reports", table=1)
+    assert late["rows"] == ["7"] and float(late["max lag s"][0]) >= 3600, out.output
+    assert [r[0] for r in tables[1][1]] == ["reports"], out.output  # no other queue overdue
+    assert [r[0] for r in tables[2][1]] == ["(none)"], out.output  # nothing redelivered
     assert not spark.sparkContext._jsc.sc().isStopped(), "the report must not stop our session"
 
 

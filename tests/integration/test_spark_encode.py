@@ -9,11 +9,9 @@ import struct
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyspark  # noqa: F401  (the dev extra installs it: missing, collection fails here)
 import pytest
 from _celery_apps import close_connections
-
-pytest.importorskip("pyspark", reason="the dev extra installs pyspark")
-
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
+import pyspark  # noqa: F401  (the dev extra installs it: missing, collection fails here)
 import pytest
 from _spark_env import worker_env
-
-pytest.importorskip("pyspark", reason="the dev extra installs pyspark")
-
 from pyspark.sql import functions as F  # noqa: E402
 
 from delayq_transport.core.errors import DatabaseUnavailable  # noqa: E402

@@ -8,9 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
+import pyspark  # noqa: F401  (the dev extra installs it: missing, collection fails here)
 import pytest
-
-pytest.importorskip("pyspark", reason="the dev extra installs pyspark")
 
 from delayq_transport.core.errors import InvalidInput  # noqa: E402
 from delayq_transport.spark import schedule_stream  # noqa: E402

@@ -27,7 +27,7 @@ from delayq_transport import Database, DelayedQueue
 from delayq_transport.core.db import cursor_of
 from delayq_transport.core.errors import ListenUndeliverable
 from delayq_transport.core.listen import Listener
-from delayq_transport.core.queries import Queries
+from delayq_transport.core.queries import Queries, notify_channel
 
 from .pgbouncer import PgBouncer
 
@@ -186,11 +186,14 @@ def test_the_jit_guard_can_fail_behind_the_pooler(transaction_bouncer: PgBouncer
 
 def test_listen_is_not_tried_through_transaction_pooling(transaction_bouncer: PgBouncer,
                                                          database_url: str) -> None:
-    with DelayedQueue(transaction_bouncer.url(database_url), kind="t") as queue:
-        t0 = time.monotonic()
+    with psycopg.connect(database_url, autocommit=True) as direct, \
+            DelayedQueue(transaction_bouncer.url(database_url), kind="t") as queue:
+        direct.execute(f'LISTEN "{notify_channel(queue.table)}"')
         with pytest.raises(ListenUndeliverable, match="listen_url"):
             Listener(queue.db, queue.queries)
-        assert time.monotonic() - t0 < 1.0  # known up front, no probe wait
+        # Known up front: no LISTEN, no probe sent (a probe goes out before its wait, and a
+        # NOTIFY passes the pooler, so it would be here).
+        assert list(direct.notifies(timeout=0.5)) == []
 
 
 def test_a_listen_that_cannot_deliver_is_found_by_its_probe(transaction_bouncer: PgBouncer,

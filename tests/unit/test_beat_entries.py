@@ -51,10 +51,21 @@ def spec(**changes: object):
 
 def test_hash_is_stable_and_canonical() -> None:
     assert entry_hash(spec(), NY) == entry_hash(spec(), NY)
-    # crontab compared by its expanded fields, kwargs/options by value not order
-    same = spec(sched=crontab(minute="0,15,30,45"), kwargs={"x": 1},
-                options={"queue": "q"})
+    # crontab compared by its expanded fields
+    same = spec(sched=crontab(minute="0,15,30,45"))
     assert entry_hash(same, NY) == entry_hash(spec(), NY)
+
+
+def test_hash_ignores_the_order_of_kwargs_and_options() -> None:
+    """kwargs and options by value, not order: the same entry written with its keys in
+    another order (another deploy, a dict rebuilt from JSON) keeps its installed rows."""
+    one = spec(kwargs={"x": 1, "y": {"a": 1, "b": 2}},
+               options={"queue": "q", "priority": 3, "headers": {"h1": 1, "h2": 2}})
+    other = spec(kwargs={"y": {"b": 2, "a": 1}, "x": 1},
+                 options={"headers": {"h2": 2, "h1": 1}, "priority": 3, "queue": "q"})
+    assert entry_hash(one, NY) == entry_hash(other, NY)
+    assert entry_hash(one, NY) != entry_hash(spec(kwargs={"x": 1, "y": {"a": 1, "b": 3}},
+                                                  options=one.options), NY)
 
 
 @pytest.mark.parametrize("change", [

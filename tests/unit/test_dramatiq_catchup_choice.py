@@ -7,11 +7,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-import pytest
-
-pytest.importorskip("dramatiq")
-
 import dramatiq  # noqa: E402
+import pytest
 from dramatiq.brokers.stub import StubBroker  # noqa: E402
 
 from delayq_transport.dramatiq.periodic import REGISTRY, periodic  # noqa: E402

@@ -32,7 +32,8 @@ def sdist(cache: Path) -> Path:
 
 
 def lay_out(dest: Path, cache: Path) -> Path:
-    """``dest/tests``: the peer files, ``__init__.py``, our conftest.py and common.py."""
+    """``dest/tests``: the peer files, ``__init__.py``, our conftest.py and common.py, and
+    the tests adapted from deselected ones (test_delayq_adapted.py)."""
     tests = dest / "tests"
     shutil.rmtree(tests, ignore_errors=True)
     tests.mkdir(parents=True)
@@ -49,6 +50,7 @@ def lay_out(dest: Path, cache: Path) -> Path:
     (tests / "__init__.py").write_text("")
     shutil.copy(HERE / "peer_conftest.py", tests / "conftest.py")
     shutil.copy(HERE / "peer_common.py", tests / "common.py")
+    shutil.copy(HERE / "peer_adapted.py", tests / "test_delayq_adapted.py")
     return dest
 
 

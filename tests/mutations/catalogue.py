@@ -1,0 +1,148 @@
+"""Bugs planted by ``check.py``, each with the tests that must catch it (issue 38).
+
+``old`` must occur exactly once in ``path``; ``new`` is the bug. ``item`` is the issue item the
+mutation belongs to. Keep each replacement small and obvious: it stands for a regression a
+reviewer could miss, and the named tests are the ones whose names claim to guard against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    item: str
+    path: str
+    old: str
+    new: str
+    tests: list[str]
+    why: str
+
+
+MUTATIONS: list[Mutation] = [
+    Mutation(
+        "dead-letter-expiry", "1", "delayq_transport/dramatiq/broker.py",
+        "        return partitions.expire(self.queue, [self.dead_letter_kind(q) for q in "
+        "self.queues])",
+        "        return 0",
+        ["tests/integration/test_dramatiq_broker.py::"
+         "test_nack_moves_the_row_to_dead_letters_which_expire_after_their_retention"],
+        "DelayqBroker.expire_dead_letters deletes nothing"),
+    Mutation(
+        "second-beat-never-starts", "2", "tests/acceptance/test_beat_processes.py",
+        '    second = beat(start, scheduler="delayq", name="beat-alias", ready=None, '
+        'extra_env=short)',
+        "    second = first",
+        ["tests/acceptance/test_beat_processes.py::test_two_beats_every_tick_runs_exactly_once"],
+        "the two-beat test runs one beat only (a test-side mutation: the ticks it counts must "
+        "depend on the second beat)"),
+    Mutation(
+        "second-beat-dies", "2", "tests/acceptance/test_beat_processes.py",
+        "    for proc in (first, second):\n        proc.wait_for_log(BEAT_READY, timeout=60)\n",
+        "    for proc in (first, second):\n        proc.wait_for_log(BEAT_READY, timeout=60)\n"
+        "    second.kill(signal.SIGKILL)\n",
+        ["tests/acceptance/test_beat_processes.py::test_two_beats_every_tick_runs_exactly_once"],
+        "the second beat dies after its first refresh (a test-side mutation)"),
+    Mutation(
+        "installer-incremental-min-lead", "3", "delayq_transport/scheduling/installer.py",
+        "            offers, can_update=False, min_lead=self.settings.min_lead)",
+        "            offers, can_update=False, min_lead=None)",
+        ["tests/integration/test_beat_installer.py::"
+         "test_a_stalled_refresh_does_not_revive_a_tick_that_ran_meanwhile"],
+        "the installer's incremental insert without min_lead: a tick that ran while a "
+        "refresh stalled is installed again"),
+    Mutation(
+        "entry-hash-order", "4", "delayq_transport/scheduling/entries.py",
+        "    canonical = json.dumps(shape, sort_keys=True, default=repr)",
+        "    canonical = json.dumps(shape, sort_keys=False, default=repr)",
+        ["tests/unit/test_beat_entries.py::test_hash_ignores_the_order_of_kwargs_and_options"],
+        "entry_hash depends on the order of kwargs and options"),
+    Mutation(
+        "beat-list-ignores-next", "5", "delayq_transport/scheduling/listing.py",
+        "                key_prefix(name), shown, config_hash=inst.config_hash)",
+        "                key_prefix(name), 1, config_hash=inst.config_hash)",
+        ["tests/integration/test_beat_scheduler.py::"
+         "test_cli_list_shows_next_occurrences_with_install_time"],
+        "`delayq beat list --next 2` shows one occurrence per entry"),
+    Mutation(
+        "beat-list-shows-install-time-as-occurrence", "5", "delayq_beat/cli.py",
+        "upcoming = \"\\n\".join(f\"{_fmt(r.scheduled_at_initially_ms)} \"",
+        "upcoming = \"\\n\".join(f\"{_fmt(r.created_at_ms)} \"",
+        ["tests/integration/test_beat_scheduler.py::"
+         "test_cli_list_shows_next_occurrences_with_install_time"],
+        "`delayq beat list` shows when an occurrence was installed in place of its time"),
+    Mutation(
+        "reschedule-in-ignores-delay", "5", "delayq_transport/tasks/service.py",
+        "        return self.reschedule(ident, from_ms(self.inspector.now_ms()) + delay)",
+        "        return self.reschedule(ident, from_ms(self.inspector.now_ms()))",
+        ["tests/integration/test_tasks.py::test_cli_list_show_cancel_reschedule"],
+        "`delayq tasks reschedule --in 2h` moves the task to now"),
+    Mutation(
+        "status-scheduled-always-zero", "5", "delayq_transport/core/counts.py",
+        "    return KindStatus(kind, int(due), int(scheduled), int(in_flight),",
+        "    return KindStatus(kind, int(due), 0, int(in_flight),",
+        ["tests/acceptance/test_demo_and_example.py::test_example_project_url_swap"],
+        "`delayq status` shows no scheduled task (the example's six countdowns vanish)"),
+    Mutation(
+        "spark-report-nothing-overdue", "5", "delayq_transport/spark/read.py",
+        '(F.col("scheduled_at") <= now_col))',
+        '(F.col("scheduled_at") > now_col))',
+        ["tests/integration/test_spark.py::test_spark_report_cli"],
+        "`delayq spark-report` counts rows not yet due as overdue (and due ones not)"),
+    Mutation(
+        "held-row-not-in-flight", "5", "delayq_transport/core/inspect.py",
+        "        return self.lock is not None and self.scheduled_at_ms > self.now_ms",
+        "        return False",
+        ["tests/browser/test_outcomes_pages.py::test_workers_retries_and_outcomes"],
+        "the tasks page shows a task a worker holds as scheduled, not in flight"),
+    Mutation(
+        "dramatiq-batch-reversed", "6", "delayq_transport/dramatiq/consumer.py",
+        "            env = self._buffer.popleft()",
+        "            env = self._buffer.pop()",
+        ["tests/acceptance/test_dramatiq_peer.py::test_dramatiq_peer_suite"],
+        "a Dramatiq consumer hands the messages of one poll to the worker last first "
+        "(Dramatiq's in-order test, tolerated as a timing failure before, could not tell)"),
+    Mutation(
+        "inspection-without-plan-guard", "10", "delayq_transport/core/counts.py",
+        '            cursor_of(conn).execute(q["count_plan_guard"])\n'
+        '            return cursor_of(conn).execute(q[name], params).fetchall()',
+        '            return cursor_of(conn).execute(q[name], params).fetchall()',
+        ["tests/integration/test_reads_at_size.py::"
+         "test_tasks_reads_and_counts_read_on_an_index"],
+        "inspection reads run without count_plan_guard (the overview of queues with nothing "
+        "due scans the table)"),
+    Mutation(
+        "beat-page-walks-the-kind", "10", "delayq_transport/scheduling/listing.py",
+        "key_prefix(name), shown, config_hash=inst.config_hash)",
+        "key_prefix(name), shown)",
+        ["tests/integration/test_reads_at_size.py::"
+         "test_every_web_page_and_api_call_reads_on_an_index"],
+        "the beat page lists an entry's occurrences by walking its queue kind in time order"),
+    Mutation(
+        "poll-walks-past-now", "7", "delayq_transport/core/queries.sql",
+        '        WHERE ("pKind", "scheduledAt") >= (k.kind, k.low)\n'
+        '          AND "pKind" = k.kind AND "scheduledAt" <= n.now\n'
+        '        ORDER BY "pKind", "scheduledAt"\n'
+        '        LIMIT %(limit)s\n'
+        '        FOR UPDATE SKIP LOCKED',
+        '        WHERE ("pKind", "scheduledAt") >= (k.kind, k.low)\n'
+        '          AND ("pKind", "scheduledAt") <= (k.kind, n.now)\n'
+        '        ORDER BY "pKind", "scheduledAt"\n'
+        '        LIMIT %(limit)s\n'
+        '        FOR UPDATE SKIP LOCKED',
+        ["tests/integration/test_churn_short.py"],
+        "the poll's upper bound as a row comparison, which PostgreSQL 15 does not stop the "
+        "scan at: a short poll walks every far-future row of its kind (the same rows, the "
+        "same result; the latency ratio the test checked before stayed ~1)"),
+    Mutation(
+        "demo-lateness-at-finish", "7", "delayq_transport/cli/demo.py",
+        'started = {task_id: at for task_id, state, at in runs if state == "running"}',
+        'started = {task_id: at for task_id, state, at in runs if state in ("running", '
+        '"done")}',
+        ["tests/acceptance/test_demo_and_example.py::test_delayq_demo_runs_to_completion"],
+        "`delayq demo` measures lateness at each task's finish (its 0.5 s of work counted as "
+        "lateness; the flaky task, which does not sleep, kept the minimum under the 500 ms "
+        "the test compared with)"),
+]
