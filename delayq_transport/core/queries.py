@@ -23,6 +23,8 @@ GRANT_PREFIX = "grant_"
 SCHEMA_PREFIX = "schema_"
 #: Blocks on django-celery-beat's tables, rendered for their schema by core/djbeat.py.
 DJBEAT_PREFIX = "djbeat_"
+#: Blocks that are not statements on a queue table (Queries leaves them out).
+NOT_PER_TABLE = (GRANT_PREFIX, SCHEMA_PREFIX, DJBEAT_PREFIX)
 _BLOCK_RE = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 #: psycopg 3's binary placeholder, which psycopg2 and client-side binding do not know.
 _BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)b")
@@ -113,7 +115,7 @@ class Queries:
         self._text = {
             name: sql.SQL(text).format(**idents).as_string(None)
             for name, text in raw_queries().items()
-            if not name.startswith((GRANT_PREFIX, SCHEMA_PREFIX, DJBEAT_PREFIX))
+            if not name.startswith(NOT_PER_TABLE)
         }
         self._direct: dict[str, DirectStatement] = {}
         self._portable: dict[tuple[str, ...], str] = {}

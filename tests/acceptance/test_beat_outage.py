@@ -164,7 +164,9 @@ def test_beats_and_worker_down_past_the_horizon_catch_up_once_by_policy(
     assert len(set(until.values())) == 1, until
     gap_start = until["coalesce"]
     stale = waiting(database_url)
-    assert all(max(v, default=gap_start) == gap_start for v in stale.values()), stale
+    # A beat killed inside a refresh may have written an occurrence its ledger row does not
+    # record yet (the rows, then the ledger): at most one period past it, caught up by key.
+    assert all(max(v, default=gap_start) <= gap_start + period_ms for v in stale.values()), stale
     assert stale["run_all"] and stale["coalesce"], "nothing left installed for the worker"
     wait_until(lambda: now_ms() > gap_start + 2 * period_ms + 1000, 30, 0.05,
                "an outage two occurrences past the horizon")

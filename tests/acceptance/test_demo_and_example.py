@@ -57,7 +57,7 @@ def test_delayq_demo_runs_to_completion_and_touches_nothing_it_did_not_create(da
     col = {t: i for i, t in enumerate(titles)}
     with psycopg.connect(database_url) as conn:
         starts = {f"{at:%H:%M:%S.%f}"[:-3] for (at,) in conn.execute(
-            """SELECT max(at) FROM delayq_demo_runs WHERE state = 'running'
+            """SELECT max(at) FROM delayq_demo__log WHERE state = 'running'
                GROUP BY task_id""")}
     lates = []
     for row in rows:

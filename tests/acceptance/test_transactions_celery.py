@@ -93,6 +93,7 @@ def test_every_publishing_form_joins_the_transaction(
     start_worker("-Q", "celery,other")
     mark.delay("warm")  # the producer's transport connects (once per process, as ever)
     wait_until(lambda: args_run(results) == ["warm"])
+    wait_until(lambda: rows_of(database_url) == 0)  # its ack is flushed in a batch, a bit later
     before = pool_requests()
     with psycopg.connect(database_url) as conn:
         with transaction(conn):

@@ -36,7 +36,7 @@ from delayq_transport import Database, DelayedQueue
 from delayq_transport.core import leases, partitions
 from delayq_transport.core.cron import CronService
 from delayq_transport.core.inspect import MAX_MS, Inspector
-from delayq_transport.core.queries import GRANT_PREFIX, Queries, raw_queries
+from delayq_transport.core.queries import NOT_PER_TABLE, Queries, raw_queries
 from delayq_transport.metrics.collector import DelayqCollector
 from delayq_transport.tasks import TaskFilter, TaskService
 from delayq_transport.tasks.deadletters import DeadLetterService
@@ -175,7 +175,7 @@ def watched(request: pytest.FixtureRequest, big: tuple[str, int]
     url, _ = big
     q = Queries(TABLE)
     watch = Watch({normalized(q[name]): name for name in raw_queries()
-                   if not name.startswith(GRANT_PREFIX)})
+                   if not name.startswith(NOT_PER_TABLE)})
     with Database(url, min_size=1, max_size=1) as db:
         with db.pool.connection() as conn:
             conn.execute("LOAD 'auto_explain'")
