@@ -8,29 +8,22 @@ backoff, everything else becomes a :mod:`delayq_transport.core.errors` exception
 from __future__ import annotations
 
 import logging
-import random
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
-from .errors import (
-    DatabaseError,
-    DatabaseUnavailable,
-    InvalidInput,
-    PermissionDenied,
-    SchemaMissing,
-)
+from .errors import InvalidInput
 from .queries import raw_queries
-from .timeouts import timeout_error
+from .retry import TRANSIENT_ERRORS, RetryPolicy, translate  # re-exported (core, bulk)
 from .urls import mask_password, normalize_url  # re-exported: every URL form
 
 log = logging.getLogger(__name__)
@@ -53,54 +46,14 @@ RELAXED_SETTINGS: dict[str, str] = {
 #: ``ignore_startup_parameters = options``) dropped the startup options, so session state cannot
 #: be relied on either.
 _MARKER = "delayq.session"
+#: What a probe learnt, by (URL, detect): whether startup options hold, and the database's
+#: identity, with the pid of the process that probed. Read only in a process forked from that
+#: one (a prefork pool child): see Database._probe.
+_PROBED: dict[tuple[str, bool], tuple[int, bool, tuple[str, ...]]] = {}
 
 #: What ``pooling=`` accepts: ``auto`` detects a pooler, ``session`` is a real session (or a
 #: session-pooling PgBouncer), ``transaction`` assumes nothing survives a transaction.
 POOLING_MODES = ("auto", "session", "transaction")
-
-#: Errors after which running the same statement again can succeed.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    pg_errors.SerializationFailure,
-    pg_errors.DeadlockDetected,
-    pg_errors.LockNotAvailable,
-    pg_errors.AdminShutdown,
-    pg_errors.CannotConnectNow,
-    psycopg.OperationalError,
-    PoolTimeout,
-)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded exponential backoff with jitter for transient failures."""
-
-    attempts: int = 6
-    initial_delay_s: float = 0.05
-    max_delay_s: float = 2.0
-
-    def delays(self) -> Iterator[float]:
-        """The waits between attempts, jittered."""
-        delay = self.initial_delay_s
-        for _ in range(self.attempts - 1):
-            yield delay * (0.5 + random.random() / 2)
-            delay = min(delay * 2, self.max_delay_s)
-
-
-def translate(exc: BaseException, url: str) -> Exception:
-    """Map a driver error to a delayq error whose message says what to do."""
-    where = mask_password(url)
-    if (limit := timeout_error(exc, where)) is not None:  # before OperationalError: a subclass
-        return limit
-    if isinstance(exc, pg_errors.UndefinedTable):
-        return SchemaMissing(f"{exc.diag.message_primary} (run `delayq migrate` against {where})")
-    if isinstance(exc, pg_errors.InsufficientPrivilege):
-        return PermissionDenied(f"permission denied on {where}: {exc.diag.message_primary}")
-    if isinstance(exc, pg_errors.StringDataRightTruncation | pg_errors.ProgramLimitExceeded):
-        return InvalidInput(f"value too large for the queue table: {exc.diag.message_primary}")
-    if isinstance(exc, psycopg.OperationalError | PoolTimeout):
-        return DatabaseUnavailable(f"database {where} unreachable: {str(exc).strip()}")
-    return DatabaseError(f"database error on {where}: {str(exc).strip()}")
-
 
 class Database:
     """A connection pool plus the retry loop every operation runs through."""
@@ -222,7 +175,18 @@ class Database:
         of delayq's own, and in its usual (transaction) mode nothing else survives a
         transaction either. The pool mode itself cannot be read through the pooler, so a
         detected pooler is taken as transaction pooling (correct in both modes);
-        ``pooling="session"`` keeps the fast paths behind a session pooler."""
+        ``pooling="session"`` keeps the fast paths behind a session pooler.
+
+        A process forked from one that probed the same URL (a prefork pool child) takes its
+        parent's answer: probing again would open a second connection per child for a moment,
+        one more than the connection budget of docs/how-to/managed-service.md counts per child
+        (tests/topology/test_connection_budget.py saw 29 where the budget is 28). Within one
+        process every Database probes: a server may have changed behind the same URL."""
+        known = _PROBED.get((self.url, detect))
+        if known is not None and known[0] != os.getpid():
+            _, self._options_ok, self.identity = known
+            self._after_probe(detect)
+            return
         timeout = int(max(self.connect_timeout_s, 1))
         options = session_options(self.url, {**SESSION_SETTINGS, _MARKER: "on"})
         try:
@@ -241,6 +205,10 @@ class Database:
                 self.identity = _identity_of(conn)
         except psycopg.Error as exc:
             raise translate(exc, self.url) from exc
+        _PROBED[(self.url, detect)] = (os.getpid(), self._options_ok, self.identity)
+        self._after_probe(detect)
+
+    def _after_probe(self, detect: bool) -> None:
         if detect and not self._options_ok:
             self.transaction_pooling = True
             log.info("delayq: %s drops session settings (a pooler such as PgBouncer): "

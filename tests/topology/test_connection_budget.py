@@ -55,8 +55,8 @@ def _run(server: Cluster, results_url: str, start_service: Callable[..., Service
                       DELAYQ_TRANSPORT_OPTIONS=json.dumps(OPTIONS))
     workers = [start_service(f"worker{i}", *worker_args(
         f"budget{i}", "-P", "prefork", "-c", str(CHILDREN)), env=env) for i in range(WORKERS)]
-    peak, stop = [0], threading.Event()
-    watcher = threading.Thread(target=_watch, args=(server, peak, stop), daemon=True)
+    peak, stop, seen = [0], threading.Event(), [""]
+    watcher = threading.Thread(target=_watch, args=(server, peak, seen, stop), daemon=True)
     try:
         for worker in workers:
             worker.wait_for_log("ready.")
@@ -80,16 +80,21 @@ def _run(server: Cluster, results_url: str, start_service: Callable[..., Service
     refused = [line for s in workers for line in s.log().splitlines()
                if "too many clients" in line or "remaining connection slots" in line]
     assert not refused and "too many clients" not in server.log(), refused[:5]
-    print(f"\n{peak[0]} connections at once at most (budget {BUDGET}, max_connections "
+    print(f"\n{peak[0]} connections at once at most ({seen[0]}) (budget {BUDGET}, max_connections "
           f"{MAX_CONNECTIONS})")
-    assert 0 < peak[0] <= BUDGET, f"{peak[0]} connections at once, budget {BUDGET}"
+    assert 0 < peak[0] <= BUDGET, f"{peak[0]} connections at once, budget {BUDGET}: {seen[0]}"
 
 
-def _watch(server: Cluster, peak: list[int], stop: threading.Event) -> None:
+def _watch(server: Cluster, peak: list[int], seen: list[str], stop: threading.Event) -> None:
     """The most client connections to the queue database seen at once (sampled every 50 ms
-    over one connection of the test's own, not counted)."""
+    over one connection of the test's own, not counted), and at that peak, what each client
+    process held (its pid, its application_name and the last statement of each connection)."""
     with server.connect() as conn:
         while not stop.wait(0.05):
-            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = 'queue'"
-                               " AND pid <> pg_backend_pid()").fetchone()
-            peak[0] = max(peak[0], int(row[0]) if row else 0)
+            rows = conn.execute(
+                "SELECT client_port, application_name, state, left(query, 60)"
+                " FROM pg_stat_activity WHERE datname = 'queue'"
+                " AND pid <> pg_backend_pid()").fetchall()
+            if len(rows) > peak[0]:
+                peak[0] = len(rows)
+                seen[0] = "; ".join(" ".join(str(c) for c in r) for r in rows)
