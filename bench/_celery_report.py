@@ -202,6 +202,11 @@ CPU_GOALS = (("PostgreSQL (backends + background) / RabbitMQ server", ("server_u
               "producers_vs_amqp_cpu"))
 
 
+def _producers(phase: str, settings: dict[str, Any]) -> str:
+    return (f"{settings.get('producer_threads', 1)} threads each"
+            if phase == "throughput_threads" else "1 thread each")
+
+
 def _floor2(ratio: float) -> float:
     """Rounded toward the side that keeps the verdict readable: 1.2995 of a "≥ 1.3" target
     shows as 1.29, not as a 1.30 that is not met."""
@@ -222,15 +227,13 @@ def goal_rows(results: dict[str, Any], settings: dict[str, Any]) -> list[list[st
         mine, theirs = (_get(results, b, phase, "tasks_per_s") for b in (ours, base))
         if not mine or not theirs:
             continue
-        producers = (f"{settings.get('producer_threads', 1)} threads each"
-                     if phase == "throughput_threads" else "1 thread each")
+        producers = _producers(phase, settings)
         ratio, want = mine / theirs, TARGETS[target]
         rows.append([f"{LABELS[ours]} / {LABELS[base]}, producers {producers}",
                      f"{_floor2(ratio):.2f}×", f"≥ {want:.1f}×",
                      "yes" if ratio >= want else "**no**"])
     for phase in ("throughput", "throughput_threads"):
-        producers = (f"{settings.get('producer_threads', 1)} threads each"
-                     if phase == "throughput_threads" else "1 thread each")
+        producers = _producers(phase, settings)
         for what, ours_parts, base_parts, target in CPU_GOALS:
             mine = _cpu_sum(results, "delayq", phase, ours_parts)
             theirs = _cpu_sum(results, "amqp", phase, base_parts)

@@ -80,15 +80,15 @@ def _run(server: Cluster, results_url: str, start_service: Callable[..., Service
     refused = [line for s in workers for line in s.log().splitlines()
                if "too many clients" in line or "remaining connection slots" in line]
     assert not refused and "too many clients" not in server.log(), refused[:5]
-    print(f"\n{peak[0]} connections at once at most ({seen[0]}) (budget {BUDGET}, max_connections "
+    print(f"\n{peak[0]} connections at once at most (budget {BUDGET}, max_connections "
           f"{MAX_CONNECTIONS})")
     assert 0 < peak[0] <= BUDGET, f"{peak[0]} connections at once, budget {BUDGET}: {seen[0]}"
 
 
 def _watch(server: Cluster, peak: list[int], seen: list[str], stop: threading.Event) -> None:
     """The most client connections to the queue database seen at once (sampled every 50 ms
-    over one connection of the test's own, not counted), and at that peak, what each client
-    process held (its pid, its application_name and the last statement of each connection)."""
+    over one connection of the test's own, not counted), and at that peak each connection's
+    client port, application_name, state and last statement (named when the budget fails)."""
     with server.connect() as conn:
         while not stop.wait(0.05):
             rows = conn.execute(
