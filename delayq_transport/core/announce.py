@@ -1,33 +1,36 @@
-"""Wake-ups sent after the publishes' commits, at most one per kind per short window.
+"""Wake-ups sent after the publishes' commits, at most one per short window, complete.
 
 A NOTIFY inside the publishing transaction takes PostgreSQL's cluster-wide notify lock at
 commit and holds it until the commit record is written, so notifying commits queue behind one
 another and cannot share a WAL flush: four publishers reached 7,520-7,870 inserts/s without it
-and 3,750-4,370 with it, at exactly one flush per commit (issue 27). Consumers do not need a
-notification per message either: a consumer that was woken keeps polling while its polls come
-back full, and times its next poll to the next ``scheduledAt`` it learned from the last one.
+and 3,750-4,370 with it, at exactly one flush per commit (issue 27). So a process sends its
+wake-ups in at most one commit per window: the publish that finds the window over opens the
+next one and carries the wake-up in its own statement (``offer_insert`` and
+``offer_batch_insert`` take ``announce`` and ``pending``), a NOTIFY of its rows and of the rows
+this process committed since the last wake-up, delivered by its own commit, so it costs neither
+a round trip nor a transaction of its own. The publishes within the window hand
+``(kind, scheduledAt)`` to the announcer after their commits; the first publish after the
+window's end carries them, and when none comes within a window of the first of them, the
+announcer's thread sends them (statement ``announce``) on an idle pooled connection.
 
-So a process sends at most one wake-up per window. The publish that finds the window over
-opens the next one and carries the wake-up in its own statement (``offer_insert`` and
-``offer_batch_insert`` take ``announce`` and ``pending``): a NOTIFY of its row and of the rows
-this process committed since the last wake-up, delivered by its own commit, so it costs
-neither a round trip nor a transaction of its own, and only that commit takes the notify lock.
-The publishes within the window hand ``(kind, scheduledAt)`` to the announcer after their
-commits; the first publish after the window's end carries them, and when none comes within
-a window of the first of them, the announcer's thread sends them (statement ``announce``) on an
-idle pooled connection. Either way one notification per kind, carrying the earliest
-``scheduledAt``: the low watermark of every consumer (core/watermark.py) still drops below
-every new row. A publish that commits no row (its key exists, an error) gives back what it was
-to carry. Never a connection of its own: a publishing process holds what it held
-(docs/how-to/managed-service.md, *Connections*). The same coalescing as River's notify limiter
-(100 ms) and pgmq's throttle (250 ms), with a window short enough for the pick-up latency
-target. The version before sent the leading wake-up in a statement of its own right after the
-publish's commit: with two producer processes at ~300 publishes/s each, about one publish in
-four paid a second round trip and transaction for it (``bench/diagnostics/task_account.py``).
+What is coalesced is the commits, never the due times: a wake-up lists **every distinct**
+``scheduledAt`` of each kind (``kind:ms``, one notification each), so a consumer knows every
+due time it was told about and sets its timer to each in turn. The version before sent only
+the earliest time per kind and window; the later rows of a burst of countdowns were learnt
+only by a next-due search, which a consumer runs at most every few seconds, and ran up to
+160 ms late (issue 41). Past :data:`MAX_LISTED` distinct times of one kind in one wake-up
+(a batch of thousands, a beat install), the rest are not listed one by one: a **search
+marker** (:func:`marker_payload`, the first time left out) tells the consumers to search the
+table for the next due time once that time comes, and on from each row they find
+(core/watermark.py): bounded notifications, and still no due time lost. Statements of other
+writers (COPY, bulk merges: the insert trigger of migration 14) announce the same way.
 
-Should the process die between a commit and its announcement, the consumers find the row on
-their fallback poll (``polling_interval``) instead; the announcements still waiting at
-interpreter exit or at :meth:`Announcer.close` are sent first.
+A publish that commits no row (its key exists, an error) gives back what it was to carry.
+Never a connection of its own: a publishing process holds what it held
+(docs/how-to/managed-service.md, *Connections*). Should the process die between a commit and
+its announcement, the consumers find the row on their fallback poll (``polling_interval``)
+instead; the announcements still waiting at interpreter exit or at :meth:`Announcer.close` are
+sent first.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from psycopg.pq import TransactionStatus
 
 from .db import cursor_of
 from .errors import DelayqError
+from .validate import RESERVED_KIND_PREFIX
 
 if TYPE_CHECKING:
     from .db import Database
@@ -55,10 +59,68 @@ log = logging.getLogger(__name__)
 
 #: Shortest time between two announcements of one process. A row published right after one
 #: waits at most this long for its wake-up (when its consumer is idle); under load it is what
-#: turns a notification per publish into a few hundred per second per process at most.
+#: turns a notifying commit per publish into a few hundred per second per process at most.
 DEFAULT_WINDOW_S = 0.005
 #: How long the thread waits for an idle pooled connection before it takes one anyway.
 IDLE_WAIT_S = 0.02
+#: Most distinct due times of one kind listed one by one in a wake-up; the rest are covered by
+#: one search marker (see the module docstring). 1,000 notifications of ~40 bytes: one
+#: commit's worth at the highest publish rates measured, far below the 8 GB notify queue.
+MAX_LISTED = 1000
+#: Starts a search marker's payload (``\x1ekind:ms``). No consumer takes it for a kind of its
+#: own (a kind starting with it is refused by validate_kind), and a consumer that predates it
+#: parses it as a due time of a kind it does not consume, which changes nothing there.
+MARKER_PREFIX = RESERVED_KIND_PREFIX
+
+
+class Wakeups:
+    """Due times to announce, per kind: every distinct one up to :data:`MAX_LISTED`, and from
+    where the rest must be searched (the earliest time not listed). Invariant: every time
+    added is listed or at or after the kind's marker, so nothing added can be missed."""
+
+    __slots__ = ("times", "marks")
+
+    def __init__(self) -> None:
+        self.times: dict[str, set[int]] = {}
+        self.marks: dict[str, int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.times) or bool(self.marks)
+
+    def add(self, rows: Iterable[tuple[str, int]]) -> None:
+        for kind, at in rows:
+            mark = self.marks.get(kind)
+            if mark is not None and at >= mark:
+                continue  # the search from the marker finds it
+            listed = self.times.setdefault(kind, set())
+            listed.add(at)
+            if len(listed) > MAX_LISTED:
+                latest = max(listed)
+                listed.discard(latest)
+                self.marks[kind] = latest if mark is None else min(mark, latest)
+
+    def update(self, other: Wakeups) -> None:
+        for kind, listed in other.times.items():
+            self.add((kind, at) for at in listed)
+        for kind, mark in other.marks.items():
+            self.mark(kind, mark)
+
+    def mark(self, kind: str, at: int) -> None:
+        """Rows of ``kind`` from ``at`` on are not listed: search from there."""
+        mark = self.marks.get(kind)
+        self.marks[kind] = at if mark is None else min(mark, at)
+
+    def payloads(self) -> list[str]:
+        """Notification payloads: ``kind:ms`` per listed time (what core/listen.py parses),
+        then :func:`marker_payload` per kind that has a marker."""
+        out = [f"{kind}:{at}" for kind, listed in self.times.items() for at in sorted(listed)]
+        out.extend(marker_payload(kind, at) for kind, at in self.marks.items())
+        return out
+
+
+def marker_payload(kind: str, at: int) -> str:
+    """A search marker: rows of ``kind`` due at ``at`` and later were not listed."""
+    return f"{MARKER_PREFIX}{kind}:{at}"
 
 
 class Announcer:
@@ -77,18 +139,18 @@ class Announcer:
         usable lock)."""
         self._pid = os.getpid()
         self._cond = threading.Condition(threading.Lock())
-        #: kind -> earliest scheduledAt announced and not sent yet.
-        self._pending: dict[str, int] = {}
+        #: What committed rows no wake-up carried yet.
+        self._pending = Wakeups()
         self._last_sent = -float("inf")
         #: When the oldest wake-up pending now was noted: the thread sends it a window later.
         self._pending_since = 0.0
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def take(self) -> dict[str, int] | None:
-        """Before an insert: None while the window is open (the caller passes its row to
+    def take(self) -> Wakeups | None:
+        """Before an insert: None while the window is open (the caller passes its rows to
         :meth:`note` after the commit); else the window starts now, and the insert carries the
-        wake-up in its own statement, for its row and for the earlier rows pending here
+        wake-up in its own statement, for its rows and for the earlier rows pending here
         (returned, maybe none). Given back with :meth:`restore` should that transaction not
         commit a row."""
         if self._pid != os.getpid():
@@ -97,7 +159,7 @@ class Announcer:
             now = time.monotonic()
             if now < self._last_sent + self.window_s and not self._closed:
                 return None
-            pending, self._pending, self._last_sent = self._pending, {}, now
+            pending, self._pending, self._last_sent = self._pending, Wakeups(), now
             return pending
 
     def note(self, rows: Iterable[tuple[str, int]]) -> None:
@@ -106,26 +168,27 @@ class Announcer:
         if self._pid != os.getpid():
             self._reset()
         with self._cond:
-            self._merge(rows)
+            was_empty = not self._pending
+            self._pending.add(rows)
+            self._kick(was_empty)
 
-    def restore(self, carried: dict[str, int]) -> None:
+    def restore(self, carried: Wakeups) -> None:
         """The transaction that was to carry these wake-ups committed no row: they wait again."""
-        self.note(carried.items())
+        if self._pid != os.getpid():
+            self._reset()
+        with self._cond:
+            was_empty = not self._pending
+            self._pending.update(carried)
+            self._kick(was_empty)
 
-    def _merge(self, rows: Iterable[tuple[str, int]]) -> None:
-        """Add rows to what is pending (under the lock); start the thread, or wake it when it
-        waits for work. A thread already waiting for the window's end is left alone: waking
-        it for every publish of a window cost a thread switch per publish."""
-        pending = self._pending
-        was_empty = not pending
+    def _kick(self, was_empty: bool) -> None:
+        """Under the lock, after rows were added: start the thread, or wake it when it waits
+        for work. A thread already waiting for the window's end is left alone: waking it for
+        every publish of a window cost a thread switch per publish."""
+        if not self._pending:
+            return
         if was_empty:
             self._pending_since = time.monotonic()
-        for kind, at in rows:
-            known = pending.get(kind)
-            if known is None or at < known:
-                pending[kind] = at
-        if not pending:
-            return
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="delayq-announce",
                                             daemon=True)
@@ -141,17 +204,14 @@ class Announcer:
             self._reset()
         with self._cond:
             now = time.monotonic()
+            was_empty = not self._pending
+            self._pending.add(rows)
             if now >= self._last_sent + self.window_s or self._closed:
-                pending = self._pending
-                for kind, at in rows:
-                    known = pending.get(kind)
-                    if known is None or at < known:
-                        pending[kind] = at
-                if not pending:
+                if not self._pending:
                     return None
-                self._pending, self._last_sent = {}, now
-                return payloads(pending)
-            self._merge(rows)
+                batch, self._pending, self._last_sent = self._pending, Wakeups(), now
+                return batch.payloads()
+            self._kick(was_empty)
             return None
 
     def send_on(self, conn: psycopg.Connection[Any], payloads: list[str]) -> None:
@@ -199,11 +259,11 @@ class Announcer:
         if self._pid != os.getpid():
             return
         with self._cond:
-            batch, self._pending = self._pending, {}
+            batch, self._pending = self._pending, Wakeups()
             if batch:
                 self._last_sent = time.monotonic()
         if batch:
-            self._send_pooled(payloads(batch))
+            self._send_pooled(batch.payloads())
 
     def announce(self, rows: Iterable[tuple[str, int]]) -> None:
         """Rows committed without a connection at hand to send on: as :meth:`due`, sending on
@@ -238,9 +298,9 @@ class Announcer:
         _LIVE.discard(self)
 
 
-def payloads(rows: dict[str, int]) -> list[str]:
-    """Notification payloads ``kind:scheduledAt`` (what core/listen.py parses)."""
-    return [f"{kind}:{at}" for kind, at in rows.items()]
+def payloads(carried: Wakeups | None) -> list[str]:
+    """What an insert that carries the wake-up passes as ``pending`` (nothing: none)."""
+    return carried.payloads() if carried else []
 
 
 _LIVE: weakref.WeakSet[Announcer] = weakref.WeakSet()

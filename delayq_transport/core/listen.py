@@ -8,6 +8,7 @@ file descriptor goes into the consumer's event loop. Driver errors become
 
 from __future__ import annotations
 
+import logging
 import random
 import select
 import time
@@ -16,9 +17,12 @@ from typing import Any
 import psycopg
 from psycopg.pq import ConnStatus
 
+from .announce import MARKER_PREFIX
 from .db import Database
 from .errors import DatabaseUnavailable, ListenUndeliverable
 from .queries import Queries
+
+log = logging.getLogger(__name__)
 
 #: The kind of a probe's notification: drain() drops them, so consumers never take a probe (of
 #: this process or another's) for a wake-up.
@@ -53,7 +57,7 @@ class Listener:
         #: still needs the number to unregister it.
         self.fd: int = self._conn.fileno()
         #: What arrived with LISTEN's own reply: psycopg kept it, and drain() reads libpq.
-        self._early = [_parse(n.payload) for n in self._conn.notifies(timeout=0)]
+        self._early = [p for n in self._conn.notifies(timeout=0) for p in _parse(n.payload)]
         self._probe(db, queries, probe_timeout_s)
 
     def _probe(self, db: Database, queries: Queries, timeout_s: float) -> None:
@@ -107,7 +111,7 @@ class Listener:
             raise DatabaseUnavailable("LISTEN connection lost: the server closed it")
         out, self._early = self._early, []
         while (note := pgconn.notifies()) is not None:
-            out.append(_parse(note.extra.decode()))
+            out.extend(_parse(note.extra.decode()))
         return out
 
     def wait(self, timeout: float) -> None:
@@ -121,7 +125,20 @@ class Listener:
         self._conn.close()
 
 
-def _parse(payload: str) -> tuple[str, int]:
-    """``kind:ms`` (the kind may itself contain ``:``)."""
+def _parse(payload: str) -> list[tuple[str, int]]:
+    """``kind:ms`` (the kind may itself contain ``:``): a row of ``kind`` due at ``ms``.
+
+    A search marker ``\\x1ekind:ms`` (core/announce.py) comes out as two notes: the marker
+    itself, its kind still prefixed (no consumer consumes such a kind; the low watermark reads
+    it, ``DelayedQueue.lower_watermark``), and its time as a plain due time of ``kind``, to
+    wake at. A payload of neither form (a newer version's) is skipped: a wake-up lost only
+    delays its rows to the next search or fallback poll, a consumer that crashed on it stops."""
     kind, _, at = payload.rpartition(":")
-    return kind, int(at)
+    try:
+        ms = int(at)
+    except ValueError:
+        log.warning("delayq: notification %r is not 'kind:ms': ignored", payload[:80])
+        return []
+    if kind.startswith(MARKER_PREFIX):
+        return [(kind, ms), (kind[len(MARKER_PREFIX):], ms)]
+    return [(kind, ms)]

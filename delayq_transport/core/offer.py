@@ -121,7 +121,7 @@ class Offering:
         try:
             at = self.queries.direct("offer_insert").first(
                 conn, {**params, "announce": carried is not None,
-                       "pending": payloads(carried or {})})
+                       "pending": payloads(carried)})
             _commit(conn)
         except BaseException:
             if carried:
@@ -151,7 +151,7 @@ class Offering:
             try:
                 rows = cursor_of(conn).execute(statement, {
                     **params, "announce": carried is not None,
-                    "pending": payloads(carried or {})}).fetchall()
+                    "pending": payloads(carried)}).fetchall()
                 _commit(conn)
             except BaseException:
                 if carried:

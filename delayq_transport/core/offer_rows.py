@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .announce import MAX_LISTED
 from .db import as_arrays
 from .types import OfferOutcome, StoredMessage
 
@@ -32,7 +33,7 @@ def batch_params(chunk: list[dict[str, Any]], lead_ms: int | None) -> dict[str, 
     keys, kinds, payloads, ats = as_arrays(
         [(p["key"], p["kind"], p["payload"], p["scheduled_at"]) for p in chunk], 4)
     return {"keys": keys, "kinds": kinds, "payloads": payloads, "ats": ats,
-            "now": chunk[0]["now"], "min_lead_ms": lead_ms}
+            "now": chunk[0]["now"], "min_lead_ms": lead_ms, "max_listed": MAX_LISTED}
 
 
 def chunk_outcomes(

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
 
+from .announce import MAX_LISTED, Wakeups
 from .announce import payloads as pending_payloads
 from .db import as_arrays, cursor_of
 from .validate import (
@@ -157,7 +158,7 @@ class OnceOffering:
                 else OnceOutcome.RECORDED for i, p in enumerate(chunk)]
 
     def _once_transaction(self, conn: psycopg.Connection[Any], leaders: list[dict[str, Any]],
-                          carried: dict[str, int] | None
+                          carried: Wakeups | None
                           ) -> tuple[set[str], dict[str, tuple[str, int]], set[str]]:
         """(ids claimed, once_id -> (kind, scheduledAt) of the rows created, ids whose key
         held their very payload), committed together."""
@@ -176,7 +177,7 @@ class OnceOffering:
         return claimed, created, identical
 
     def _once_insert(self, cur: psycopg.Cursor[Any], fresh: list[dict[str, Any]],
-                     now: int | None, carried: dict[str, int] | None
+                     now: int | None, carried: Wakeups | None
                      ) -> dict[str, tuple[str, int]]:
         """Insert the first offer of each key and kind; once_id -> (kind, scheduledAt) of each
         row created (a later offer of the same key then meets it as taken)."""
@@ -190,8 +191,8 @@ class OnceOffering:
             [(p["key"], p["kind"], p["payload"], p["at"]) for p in ordered], 4)
         rows = cur.execute(self.queries["offer_batch_insert"], {
             "keys": keys, "kinds": kinds, "payloads": payloads, "ats": ats, "now": now,
-            "min_lead_ms": None, "announce": carried is not None,
-            "pending": pending_payloads(carried or {})}).fetchall()
+            "min_lead_ms": None, "max_listed": MAX_LISTED, "announce": carried is not None,
+            "pending": pending_payloads(carried)}).fetchall()
         return {firsts[(r[0], r[1])]["id"]: (r[1], int(r[2])) for r in rows}
 
     def _once_identical(self, cur: psycopg.Cursor[Any], taken: Sequence[dict[str, Any]]

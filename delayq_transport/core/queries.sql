@@ -64,8 +64,10 @@ RETURNING "scheduledAt"
 -- itself); RETURNING names the keys that were created, every other key already existed (or
 -- repeats within the batch). Rows closer to now than `min_lead_ms` are not inserted
 -- (CronService: a late installer must not revive a fired tick). Skips the insert trigger as
--- offer_insert does, and carries this process' wake-up the same way when `announce`: the
--- earliest created row per kind and the rows `pending`, notified at this commit.
+-- offer_insert does, and carries this process' wake-up the same way when `announce`: every
+-- distinct scheduledAt created per kind, the first `max_listed` one by one and a search
+-- marker (chr(30) || kind || ':' || ms) at the first one left out, and the rows `pending`,
+-- notified at this commit (core/announce.py).
 WITH ins AS (
     INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
                          "createdAt")
@@ -80,7 +82,11 @@ WITH ins AS (
 note AS (
     SELECT CASE WHEN %(announce)s::boolean THEN (
         SELECT count(pg_notify({channel_literal}, w.p))
-        FROM (SELECT "pKind" || ':' || min("scheduledAt") AS p FROM ins GROUP BY "pKind"
+        FROM (SELECT CASE WHEN d.n > %(max_listed)s THEN chr(30) ELSE '' END
+                     || d.kind || ':' || d.at AS p
+              FROM (SELECT u.kind, u.at, row_number() OVER (PARTITION BY u.kind ORDER BY u.at) AS n
+                    FROM (SELECT DISTINCT "pKind" AS kind, "scheduledAt" AS at FROM ins) AS u) AS d
+              WHERE d.n <= %(max_listed)s + 1
               UNION ALL SELECT unnest(%(pending)s::text[])) AS w) END AS n
 )
 SELECT ins."pKey", ins."pKind", ins."scheduledAt",
@@ -444,6 +450,32 @@ BEGIN
     IF TG_LEVEL = 'STATEMENT' THEN
         PERFORM pg_notify(TG_ARGV[0], r.kind || ':' || r.at)
         FROM (SELECT "pKind" AS kind, min("scheduledAt") AS at FROM new_rows GROUP BY "pKind") AS r;
+    ELSE
+        PERFORM pg_notify(TG_ARGV[0], NEW."pKind" || ':' || NEW."scheduledAt");
+    END IF;
+    RETURN NULL;
+END
+$fn$
+
+-- notify_function_complete --
+-- Migration 14: the wake-up function of notify_triggers, complete. On INSERT (statement level:
+-- COPY, bulk merges, raw SQL; delayq's own offers announce themselves) every distinct
+-- scheduledAt of each kind, the first 1,000 one by one and a search marker (chr(30) || kind
+-- || ':' || ms) at the first one left out, so a consumer learns every due time or searches
+-- from the marker on (core/announce.py, core/watermark.py). The version of migration 2
+-- notified the earliest row per kind only, and the later rows of a load waited for the
+-- consumers' next-due search. Row level on UPDATE as before: only rows that became available
+-- again (released or replaced), so acquiring and lease extension stay silent. Replaced in
+-- place: the triggers keep calling it by name.
+CREATE OR REPLACE FUNCTION {notify_fn}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_LEVEL = 'STATEMENT' THEN
+        PERFORM pg_notify(TG_ARGV[0], CASE WHEN d.n > 1000 THEN chr(30) ELSE '' END
+                                      || d.kind || ':' || d.at)
+        FROM (SELECT u.kind, u.at, row_number() OVER (PARTITION BY u.kind ORDER BY u.at) AS n
+              FROM (SELECT DISTINCT "pKind" AS kind, "scheduledAt" AS at FROM new_rows) AS u
+             ) AS d
+        WHERE d.n <= 1001;
     ELSE
         PERFORM pg_notify(TG_ARGV[0], NEW."pKind" || ':' || NEW."scheduledAt");
     END IF;

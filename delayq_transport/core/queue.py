@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from .announce import Announcer
+from .announce import MARKER_PREFIX, Announcer
 from .counts import COUNT_CAP, capped_status, count_due
 from .db import Database, as_arrays
 from .errors import InvalidInput
@@ -273,8 +273,15 @@ class DelayedQueue(Offering, OnceOffering):
 
     def lower_watermark(self, kind: str, at_ms: int) -> None:
         """A row of ``kind`` is due at ``at_ms`` (a NOTIFY said so): the next poll must not
-        start above it. No-op without ``low_watermark``."""
-        self._lower(kind, at_ms)
+        start above it. A ``kind`` that starts with the search marker's prefix (as
+        core/listen.py hands it on) marks rows from ``at_ms`` on that no notification listed:
+        the next due time is searched for there. No-op without ``low_watermark``."""
+        if self.watermarks is None:
+            return
+        if kind.startswith(MARKER_PREFIX):
+            self.watermarks.lower(kind[len(MARKER_PREFIX):], at_ms, search=True)
+        else:
+            self.watermarks.lower(kind, at_ms)
 
     def reset_watermarks(self) -> None:
         """Notifications may have been missed (LISTEN reconnected): scan from the bottom."""

@@ -159,6 +159,10 @@ def _create_notify_triggers(conn: psycopg.Connection[Any], q: Queries) -> None:
     conn.execute(q["notify_triggers"])
 
 
+def _complete_notify_function(conn: psycopg.Connection[Any], q: Queries) -> None:
+    conn.execute(q["notify_function_complete"])
+
+
 def _create_bindings_table(conn: psycopg.Connection[Any], q: Queries) -> None:
     for statement in ddl(bindings_table(q.table)):
         conn.execute(statement)
@@ -260,6 +264,8 @@ MIGRATIONS: list[Migration] = [
               lock_on=INSTALLED_TABLE),
     Migration(13, "revoke function: a role without DELETE revokes a waiting task by key",
               _create_revoke_function, lock="ROW EXCLUSIVE"),
+    Migration(14, "wake-ups of other writers' inserts list every due time (not the earliest)",
+              _complete_notify_function, lock="none"),
 ]
 
 

@@ -13,6 +13,9 @@ from .timeutil import to_ms
 
 MAX_KEY_CHARS = 200
 MAX_KIND_CHARS = 100
+#: A kind may not start with this character: wake-up notifications use it to mark a search
+#: marker (core/announce.py), which no consumer may take for a due time of its own kind.
+RESERVED_KIND_PREFIX = "\x1e"
 
 
 def validate_key(key: object, *, what: str = "key", limit: int = MAX_KEY_CHARS) -> str:
@@ -33,7 +36,10 @@ def validate_key(key: object, *, what: str = "key", limit: int = MAX_KEY_CHARS) 
 
 
 def validate_kind(kind: object) -> str:
-    return validate_key(kind, what="kind", limit=MAX_KIND_CHARS)
+    kind = validate_key(kind, what="kind", limit=MAX_KIND_CHARS)
+    if kind.startswith(RESERVED_KIND_PREFIX):
+        raise InvalidInput(f"kind must not start with \\x1e (reserved for wake-ups): {kind!r}")
+    return kind
 
 
 #: Milliseconds of the datetimes already converted in one ``offer_batch`` call.

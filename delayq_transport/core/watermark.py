@@ -67,9 +67,10 @@ def next_search_interval(lease_ms: int) -> float:
     return min(NEXT_SEARCH_INTERVAL_S, lease_ms / 4000)
 
 
-#: Announced times kept per polled kind set; beyond it they are dropped and the next poll
-#: searches (which sees every committed row) instead.
-MAX_ANNOUNCED = 1024
+#: Announced times kept per polled kind set (20,000 countdowns of a burst fit; ~4 MB at most);
+#: beyond it a time is not kept but becomes a search marker (see ``lower``): nothing is lost,
+#: the consumer searches from there instead.
+MAX_ANNOUNCED = 100_000
 
 #: Every this many probes of a kind, the probe starts from the bottom of the index, whatever
 #: the floors since the last one (see ``_run_probe``).
@@ -135,6 +136,10 @@ class LowWatermarks:
         #: Kind sets where an announced row came due since the last search: whoever took it
         #: holds a lease the search did not see, so a search is due (rate-limited).
         self._stale: set[tuple[str, ...]] = set()
+        #: Per polled kind set, a search marker: from this time on, rows may exist that no
+        #: announcement listed (a wake-up that left them out, or MAX_ANNOUNCED reached), and
+        #: when it was set (monotonic); see _remember_next().
+        self._search_from: dict[tuple[str, ...], tuple[int, float]] = {}
         #: Latest statement time seen: announcements at or before it are due, not "next".
         self._polled_at = -(2**63)
 
@@ -237,8 +242,9 @@ class LowWatermarks:
         if passed and not ticket.want_next:
             self._stale.add(key)
         ahead = heap[0] if heap else None
+        mark = self._pass_marker(ticket, key, polled_at)
         searched = self._searched.get(key)
-        value = min([at for at in (searched, ahead) if at is not None], default=None)
+        value = min([at for at in (searched, ahead, mark) if at is not None], default=None)
         if searched is not None and searched <= polled_at:
             del self._searched[key]  # passed: reported, so the next poll, at once, searches
         if key in self._stale and key in self._searched:
@@ -246,6 +252,28 @@ class LowWatermarks:
             retry = polled_at + max(0, math.ceil(wait_s * 1000))
             value = retry if value is None else min(value, retry)
         return value
+
+    def _pass_marker(self, ticket: PollTicket, key: tuple[str, ...], polled_at: int
+                     ) -> int | None:
+        """Under the lock: the search marker of ``key`` as a time to report, or None.
+
+        A search that began after the marker was set saw every row it stands for: the
+        searched time and the searches that follow it, each when the time before passes, walk
+        on through them, so the marker is done. A marker whose time passed without such a
+        search is reported as passed (the consumer polls again at once) and that next poll
+        searches. A marker still ahead is a time to wake at, like an announced one."""
+        found = self._search_from.get(key)
+        if found is None:
+            return None
+        at, set_at = found
+        if ticket.want_next and ticket.began >= set_at:
+            del self._search_from[key]
+            return None
+        if at <= polled_at:
+            del self._search_from[key]
+            self._searched.pop(key, None)
+            return polled_at
+        return at
 
     def abort(self, ticket: PollTicket) -> None:
         """A poll that failed proves nothing; keep what it saw lowered. Its probe is not
@@ -343,24 +371,31 @@ class LowWatermarks:
             if kind in self._low and at < self._low[kind]:
                 self._set_low(kind, at)
 
-    def lower(self, kind: str, at_ms: int) -> None:
+    def lower(self, kind: str, at_ms: int, *, search: bool = False) -> None:
         """A row of ``kind`` is (or will be) due at ``at_ms``: never scan above it, and report
-        it as the next due time if it is the earliest known."""
+        it as the next due time if it is the earliest known. ``search``: a search marker,
+        rows from ``at_ms`` on were not announced one by one (core/announce.py): the first
+        poll at or after it searches for the next due time, and on from there."""
         with self._lock:
             if kind in self._low and at_ms < self._low[kind]:
                 self._set_low(kind, at_ms)
-            if at_ms > self._polled_at:  # a due-now row wakes the consumer anyway
-                for key in self._searched_at:  # every kind set searched at least once
-                    if kind not in key:
-                        continue
-                    heap = self._ahead.setdefault(key, [])
-                    if len(heap) >= MAX_ANNOUNCED:  # bounded memory: search instead
-                        heap.clear()
-                        self._searched.pop(key, None)
+            now = self._monotonic()
+            for key in self._searched_at:  # every kind set searched at least once
+                if kind not in key:
+                    continue
+                heap = self._ahead.setdefault(key, [])
+                if search or (at_ms > self._polled_at and len(heap) >= MAX_ANNOUNCED):
+                    self._mark(key, at_ms, now)  # bounded memory: search from there instead
+                elif at_ms > self._polled_at:  # a due-now row wakes the consumer anyway
                     heapq.heappush(heap, at_ms)
             for ticket in self._running:
                 if kind in ticket.kinds and at_ms < ticket.lowered.get(kind, at_ms + 1):
                     ticket.lowered[kind] = at_ms
+
+    def _mark(self, key: tuple[str, ...], at_ms: int, now: float) -> None:
+        """Under the lock: rows of ``key`` from ``at_ms`` on may be unknown here."""
+        found = self._search_from.get(key)
+        self._search_from[key] = (at_ms if found is None else min(found[0], at_ms), now)
 
     def reset(self) -> None:
         """Forget every floor: the next poll of each kind scans from the bottom."""
@@ -372,6 +407,7 @@ class LowWatermarks:
             self._searched_at.clear()
             self._ahead.clear()
             self._stale.clear()
+            self._search_from.clear()
             for ticket in self._running:
                 ticket.lowered.update({k: -(2**63) for k in ticket.kinds})
 

@@ -6,14 +6,18 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 
 from delayq_transport import DelayedQueue, Offer
+from delayq_transport.core.announce import MAX_LISTED, marker_payload
 from delayq_transport.core.db import Database
+from delayq_transport.core.listen import Listener
 from delayq_transport.core.queries import Queries, notify_channel
+from delayq_transport.core.watermark import LowWatermarks
 
 WAIT_S = 10.0
 
@@ -49,9 +53,10 @@ def test_a_publish_is_announced_once_after_its_commit(database_url: str) -> None
     notes.conn.close()
 
 
-def test_a_burst_is_one_notification_per_kind_with_its_earliest_row(database_url: str) -> None:
-    """A leading notification at once, then what the window gathered: one per kind, carrying
-    the earliest scheduledAt (what a consumer's low watermark needs), however many rows."""
+def test_a_burst_in_one_window_announces_every_row_once(database_url: str) -> None:
+    """The window coalesces commits, not due times: a burst of countdowns inside one window
+    is announced with every row's scheduledAt, each once (a consumer sets its timer to each;
+    the earliest alone left the later rows to a search seconds away: issue 41)."""
     notes = Notes(database_url)
     with DelayedQueue(database_url, kind="a") as q:
         q.announcer.window_s = 1.0  # long enough that the burst lands inside one window
@@ -63,13 +68,48 @@ def test_a_burst_is_one_notification_per_kind_with_its_earliest_row(database_url
         for i, at in enumerate(ats):
             (q if i % 2 else b).offer(f"burst-{i}", b"", at)
         q.offer_batch([Offer("batch", b"", base - timedelta(seconds=1))])
-        earliest_b = min(ms(at) for i, at in enumerate(ats) if i % 2 == 0)
-        expected = [f"a:{ms(base) - 1000}", f"b:{earliest_b}"]
-        got = notes.until(expected)
+        expected = [f"{'a' if i % 2 else 'b'}:{ms(at)}" for i, at in enumerate(ats)]
+        expected.append(f"a:{ms(base) - 1000}")
+        notes.until(expected)
         q.announcer.announce([("sentinel", 0)])
         q.announcer.flush()
         got = notes.until(["sentinel:0"])
         assert sorted(got[1:-1]) == sorted(expected), got
+    notes.conn.close()
+
+
+def test_past_max_listed_a_batch_ends_with_a_search_marker(database_url: str) -> None:
+    """A batch of more distinct due times than one wake-up lists: the first MAX_LISTED one by
+    one, then one search marker at the first time left out (bounded notifications)."""
+    notes = Notes(database_url)
+    with DelayedQueue(database_url, kind="k") as q:
+        q.announcer.window_s = 0.0  # the batch's own statement carries its wake-up
+        base = datetime.now(UTC) + timedelta(minutes=5)
+        ats = [base + timedelta(milliseconds=i) for i in range(MAX_LISTED + 5)]
+        q.offer_batch([Offer(f"r{i}", b"", at) for i, at in enumerate(reversed(ats))],
+                      chunk_size=len(ats))  # one statement
+        marker = marker_payload("k", ms(ats[MAX_LISTED]))
+        got = notes.until([marker])
+    assert got == [f"k:{ms(at)}" for at in ats[:MAX_LISTED]] + [marker]
+    notes.conn.close()
+
+
+def test_other_writers_inserts_announce_every_row_then_a_marker(database_url: str) -> None:
+    """COPY, bulk merges and raw SQL inserts announce through the insert trigger (migration
+    14), in the same form as delayq's own batches."""
+    notes = Notes(database_url)
+    start = ms(datetime.now(UTC) + timedelta(minutes=5))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            'INSERT INTO delayed_queue ("pKey", "pKind", "payload", "scheduledAt",'
+            ' "scheduledAtInitially", "createdAt")'
+            " SELECT 'raw' || g, 'raw', ''::bytea, %(s)s + g, %(s)s + g, %(s)s"
+            " FROM generate_series(0, %(n)s) AS g", {"s": start, "n": MAX_LISTED + 9})
+    marker = marker_payload("raw", start + MAX_LISTED)
+    got = notes.until([marker])
+    assert got == [f"raw:{start + i}" for i in range(MAX_LISTED)] + [marker]
+    trigger = Queries("delayed_queue")["notify_function_complete"]
+    assert f"d.n > {MAX_LISTED} " in trigger and f"d.n <= {MAX_LISTED + 1};" in trigger
     notes.conn.close()
 
 
@@ -129,3 +169,91 @@ def test_wakeups_a_publish_carried_come_back_when_it_inserts_nothing(database_ur
         q.offer("exists", b"", None, can_update=False)  # carries p:7, inserts nothing
         assert "p:7" in notes.until(["p:7"])
     notes.conn.close()
+
+
+PRODUCER = """
+import random, sys
+from datetime import datetime, timedelta, timezone
+from delayq_transport import DelayedQueue, Offer
+url, seed, base_ms = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(seed)
+def at(ms):
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+with DelayedQueue(url, kind="burst") as q:  # the default window: the real coalescing
+    other = q.with_kind("elsewhere")
+    for i in range(300):  # one by one, as fast as it goes, random delays over 20 s
+        q.offer(f"{seed}-one-{i}", b"", at(base_ms + rng.randrange(20_000)))
+        if i % 50 == 0:
+            other.offer(f"{seed}-other-{i}", b"", at(base_ms + rng.randrange(20_000)))
+    # a batch of more distinct times than one wake-up lists, and a small one
+    q.offer_batch([Offer(f"{seed}-batch-{i}", b"", at(base_ms + rng.randrange(20_000)))
+                   for i in range(1_300)], chunk_size=2_000)
+    q.offer_batch([Offer(f"{seed}-small-{i}", b"", at(base_ms + rng.randrange(20_000)))
+                   for i in range(40)])
+"""
+
+
+def test_every_announced_due_time_is_reached_without_a_periodic_search(
+        database_url: str) -> None:
+    """The mechanism behind 'every countdown on time' (issue 41): a consumer knows every due
+    time its producers committed, whatever the publish pattern (bursts from several
+    processes, single offers inside one wake-up window, batches past MAX_LISTED, another
+    writer's raw insert), without the periodic next-due search: here that search is an hour
+    apart, and the consumer's clock (injected) jumps from one reported due time to the next.
+    Every row must be taken by the poll at exactly its scheduledAt. With wake-ups that carried
+    only the earliest time per window, rows were reported an hour late."""
+    base_ms = ms(datetime.now(UTC)) + 3_600_000  # never due on the real clock meanwhile
+    clock_ms = [base_ms - 1_000]
+    consumer = DelayedQueue(database_url, kind="burst", low_watermark=True,
+                            clock=lambda: datetime.fromtimestamp(clock_ms[0] / 1000, UTC))
+    consumer.watermarks = LowWatermarks(consumer._probe_below, 3600.0,
+                                        next_search_interval_s=3600.0)
+    listener = Listener(consumer.db, consumer.queries)
+    assert consumer.poll(1000) == ([], None), "the first poll searches: nothing yet"
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    producers = [subprocess.Popen([sys.executable, "-c", PRODUCER, database_url, str(seed),
+                                   str(base_ms)], env=env) for seed in (1, 2, 3)]
+    with psycopg.connect(database_url, autocommit=True) as conn:  # another writer
+        conn.execute(
+            'INSERT INTO delayed_queue ("pKey", "pKind", "payload", "scheduledAt",'
+            ' "scheduledAtInitially", "createdAt")'
+            " SELECT 'raw' || g, 'burst', ''::bytea, %(s)s + g * 13, %(s)s + g * 13, %(s)s"
+            " FROM generate_series(0, 1199) AS g", {"s": base_ms})
+        assert all(p.wait(timeout=120) == 0 for p in producers)
+        conn.execute("SELECT pg_notify(%s, 'sentinel:0')", (notify_channel("delayed_queue"),))
+    seen = 0
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:  # every wake-up, up to the sentinel sent after them
+        listener.wait(0.5)
+        notes = listener.drain()
+        for kind, at in notes:
+            consumer.lower_watermark(kind, at)
+        seen += len(notes)
+        if ("sentinel", 0) in notes:
+            break
+    else:
+        raise AssertionError(f"no sentinel after {seen} notifications")
+    listener.close()
+
+    with psycopg.connect(database_url) as conn:
+        due = dict(conn.execute('SELECT "pKey", "scheduledAt" FROM delayed_queue'
+                                " WHERE \"pKind\" = 'burst'").fetchall())
+    assert len(due) == 3 * (300 + 1_300 + 40) + 1_200
+    taken_at: dict[str, int] = {}
+    polls = 0
+    next_due: int | None = base_ms - 1_000
+    while next_due is not None and polls < 20_000:
+        clock_ms[0] = max(clock_ms[0], next_due)  # sleep until the reported time, exactly
+        envelopes, next_due = consumer.poll(1000)
+        polls += 1
+        for e in envelopes:
+            assert e.key not in taken_at, "acked: never delivered twice"
+            taken_at[e.key] = clock_ms[0]
+        if envelopes:
+            consumer.ack_many(envelopes)
+    consumer.close()
+    late = {k: taken_at.get(k, -1) - at for k, at in due.items() if taken_at.get(k) != at}
+    assert not late, f"{len(late)} of {len(due)} rows not taken at their due time: " \
+        f"{sorted(late.items())[:5]}"
+    assert polls <= len(set(due.values())) + 3 * 2 * 300 + 50, polls

@@ -54,7 +54,7 @@ PARAMS: dict[str, Any] = {
     "delay_ms": 0, "key": "k5", "kind": "test", "payload": b"x", "scheduled_at": None,
     "expected_initially": 0, "expected_created": 0, "keys": ["n1", "k7"],
     "payloads": [b"x", b"y"], "ats": [1, 2], "min_lead_ms": None,
-    "announce": True, "pending": ["test:1"],
+    "announce": True, "pending": ["test:1"], "max_listed": 1000,
 }
 LOAD = f"""
     INSERT INTO {TABLE} ("pKey", "pKind", payload, "scheduledAt", "scheduledAtInitially",
