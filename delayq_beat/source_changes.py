@@ -55,6 +55,13 @@ class Change:
         return f"entry {self.name!r}: {self.text}"
 
 
+#: The entry options an import derives from django-celery-beat's fields, named as the admin
+#: names them (the others are the fields' own names: queue, priority, headers, ...).
+OPTION_FIELDS = {"delayq_anchor": "interval start",
+                 "delayq_start_time": "start_time", "delayq_expires": "expires",
+                 "delayq_one_off": "one_off", "delayq_tz": "timezone"}
+
+
 def imported(store: EntryStore, kind: str = djbeat.SOURCE) -> dict[str, StoredEntry]:
     """The stored entries an import from ``kind`` wrote."""
     return {e.name: e for e in store.entries() if imports.origin_of(e).get("source") == kind}
@@ -91,8 +98,8 @@ def _differences(row: StoredEntry, step: imports.Step, kind: str) -> str:
     names = [k for k in ("task", "schedule", "args", "kwargs") if was.get(k) != now.get(k)]
     old_opts: dict[str, Any] = was.get("options") or {}
     new_opts: dict[str, Any] = now.get("options") or {}
-    names += [f"options.{k}" for k in sorted(old_opts.keys() | new_opts.keys())
-              if old_opts.get(k) != new_opts.get(k)]
+    names += sorted({OPTION_FIELDS.get(k, k) for k in old_opts.keys() | new_opts.keys()
+                     if old_opts.get(k) != new_opts.get(k)})
     if imports.origin_of(row).get("disabled_source") and step.entry.source_enabled:
         names.append("enabled again")
     elif row.enabled != step.entry.enabled:
