@@ -10,6 +10,7 @@ beat list`` also shows the ledgers other front ends registered with the scheduli
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,6 +28,7 @@ from delayq_transport.scheduling.schedules import Clocked, Solar, parse_crontab
 from delayq_transport.scheduling.store import EntryStore
 
 from .import_cmd import import_command
+from .source_changes import ADVICE, Change, marks
 from .store import BeatStore
 
 NEXT_SHOWN = 3
@@ -52,21 +54,26 @@ def _queue_text(kind: str) -> str:
 
 
 def entries_table(queue: DelayedQueue, store: EntryStore, shown: int = NEXT_SHOWN,
-                  title: str = "beat entries (times UTC)") -> Table:
-    """Every known entry (DB-backed or installed by a beat) and its next installed occurrences."""
+                  title: str = "beat entries (times UTC)",
+                  changed: Mapping[str, Change] | None = None) -> Table:
+    """Every known entry (DB-backed or installed by a beat) and its next installed occurrences;
+    ``changed``: imported entries whose source entry changed since (a column of their own)."""
     table = Table(title=title)
     for col in ("entry", "origin", "on", "task / schedule", "hash", "queue",
                 f"next {shown} (installed)"):
         table.add_column(col)
+    if changed:
+        table.add_column("source changed")
     for e in list_entries(queue, store, shown):
         upcoming = "\n".join(f"{_fmt(r.scheduled_at_initially_ms)} "
                              f"({_fmt(r.created_at_ms, '%H:%M:%S')})"
                              for r in e.upcoming) or "-"
         where = ((e.config_hash[:8], _queue_text(e.kind)) if e.config_hash and e.kind
                  else ("-", "-"))
+        marker = [changed[e.name].short if e.name in changed else "-"] if changed else []
         table.add_row(e.name, e.origin, "yes" if e.enabled else "no",
                       f"{e.task} {e.schedule}".strip(), *where,
-                      upcoming if e.config_hash else "-")
+                      upcoming if e.config_hash else "-", *marker)
     return table
 
 
@@ -78,7 +85,12 @@ def list_cmd(obj: Context, shown: int) -> None:
     """Entries with their next occurrences and when each was installed (createdAt)."""
     queue, store = _store(obj)
     with queue:
-        console.print(entries_table(queue, store, shown))
+        changed = marks(queue.db, store)
+        console.print(entries_table(queue, store, shown, changed=changed))
+        for change in changed.values():
+            console.print(str(change), soft_wrap=True, markup=False, highlight=False)
+        if changed:
+            console.print(ADVICE, soft_wrap=True, markup=False, highlight=False)
         for namespace, title in LEDGERS.items():
             other = EntryStore(queue.db, obj.table, namespace=namespace, ensure_schema=False)
             if other.installed():

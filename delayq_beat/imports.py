@@ -116,7 +116,7 @@ def _step(item: Item, stored: dict[str, StoredEntry], source: Source, disable_so
     ours_disabled = bool(origin.get("disabled_source")) and not item.source_enabled
     entry = replace(item, enabled=not item.history.get("ran")) if ours_disabled else item
     disabling = ours_disabled or (disable_source and entry.source_enabled)
-    definition = _definition(entry, source.kind, disabling)
+    definition = stored_definition(entry, source.kind, disabling)
     if row is None:
         action = "create"
     elif row.definition == definition and row.enabled == entry.enabled:
@@ -127,7 +127,7 @@ def _step(item: Item, stored: dict[str, StoredEntry], source: Source, disable_so
                 next_runs=_next_runs(entry, now, zone))
 
 
-def _definition(entry: Carried, kind: str, disabled_source: bool) -> dict[str, Any]:
+def stored_definition(entry: Carried, kind: str, disabled_source: bool) -> dict[str, Any]:
     """As stored (and read back: JSON types), with the origin."""
     import json
 
@@ -153,7 +153,7 @@ def apply(plan_: Plan, store: EntryStore) -> list[str]:
     if plan_.refused:
         raise Refused(plan_.refused[0].name, "refused: nothing imported")
     writes = [s for s in plan_.steps if s.writes and s.entry is not None]
-    store.put_many([(s.name, _definition(s.entry, plan_.source.kind, s.disable_source),
+    store.put_many([(s.name, stored_definition(s.entry, plan_.source.kind, s.disable_source),
                      s.entry.enabled) for s in writes if s.entry is not None])
     return plan_.source.set_enabled(plan_.to_disable, False) if plan_.to_disable else []
 

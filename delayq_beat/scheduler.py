@@ -32,6 +32,7 @@ from delayq_transport.scheduling.djbeat import DjangoBeatSource
 from .conf import setting
 from .entries import EntrySpec, make_spec
 from .installer import Installer, RefreshReport, Route, Settings
+from .source_changes import SourceWatch
 from .store import BeatStore
 
 log = logging.getLogger("delayq_beat")
@@ -89,6 +90,7 @@ class Scheduler(beat.Scheduler):
         self._next_refresh = 0.0  # monotonic; 0 = refresh on the first tick
         self._warned_tasks: set[str] = set()
         self._source: DjangoBeatSource | None = None
+        self._watch: SourceWatch | None = None
         self._refreshes = 0
         self.last_report: RefreshReport | None = None
         super().__init__(app, *args, **kwargs)
@@ -117,6 +119,8 @@ class Scheduler(beat.Scheduler):
         queue._owns_db = True
         store = BeatStore(queue.db, table)  # registers and applies migration 10
         self._source = self._open_source(queue, table)
+        # Import mode: say when an imported django-celery-beat task was edited there since.
+        self._watch = SourceWatch(queue.db, store, table) if self._source is None else None
         self._queue = queue
         self._installer = Installer(
             queue, store, self.app.timezone, self.settings, route=self.route,
@@ -153,6 +157,12 @@ class Scheduler(beat.Scheduler):
                  "%d uninstalled, %d misfires dropped, %d entries with errors",
                  sum(report.installed.values()), len(report.replaced),
                  len(report.uninstalled), report.misfires_dropped, len(report.errors))
+        if self._watch is not None:
+            try:
+                self._watch.check()
+            except DelayqError as exc:  # the occurrences are installed: only the check failed
+                log.warning("delayq beat: could not compare imported entries with their "
+                            "source: %s", exc)
         return report
 
     def close(self) -> None:

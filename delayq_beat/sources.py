@@ -25,6 +25,7 @@ A file's or an app's entries are configuration: delayq cannot disable them (remo
 from __future__ import annotations
 
 import shelve
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from delayq_transport.core.db import Database
-from delayq_transport.core.djbeat import DjangoBeatTables
+from delayq_transport.core.djbeat import DjangoBeatTables, TaskRow
 from delayq_transport.core.errors import InvalidInput
 from delayq_transport.core.urls import mask_password
 from delayq_transport.scheduling import djbeat
@@ -42,7 +43,7 @@ from .carry import Item, Source, celery_entry
 from .source_redbeat import RedBeatSource
 
 __all__ = ["AppSource", "DjangoBeatSource", "Item", "RedBeatSource", "ScheduleFileSource",
-           "Source", "celery_entry", "open_source"]
+           "RowsSource", "Source", "carry_rows", "celery_entry", "open_source"]
 
 
 # -- django-celery-beat ------------------------------------------------------------------------
@@ -63,19 +64,44 @@ class DjangoBeatSource:
         self._tables = DjangoBeatTables(self._db, schema=self.schema)
 
     def read(self) -> list[Item]:
-        out: list[Item] = []
-        for row in self._tables.read(force=True).rows or []:
-            try:
-                out.append(djbeat.carried(row))
-            except Refused as exc:
-                out.append(exc)
-        return out
+        return carry_rows(self._tables.read(force=True).rows or [])
 
     def set_enabled(self, names: list[str], enabled: bool) -> list[str]:
         return self._tables.set_enabled(names, enabled)
 
     def close(self) -> None:
         self._db.close()
+
+
+def carry_rows(rows: Iterable[TaskRow]) -> list[Item]:
+    """django-celery-beat's tasks as an import reads them: each carried, or refused."""
+    out: list[Item] = []
+    for row in rows:
+        try:
+            out.append(djbeat.carried(row))
+        except Refused as exc:
+            out.append(exc)
+    return out
+
+
+@dataclass
+class RowsSource:
+    """django-celery-beat's tasks already read (by a beat watching its change mark), as a
+    :class:`Source` that :func:`~.imports.plan` can compare with what an import stored."""
+
+    rows: list[TaskRow]
+    where: str = "the beat's database"
+    kind: str = djbeat.SOURCE
+    cannot_disable: str | None = "a beat's read of the tables disables nothing"
+
+    def read(self) -> list[Item]:
+        return carry_rows(self.rows)
+
+    def set_enabled(self, names: list[str], enabled: bool) -> list[str]:
+        raise InvalidInput(str(self.cannot_disable))
+
+    def close(self) -> None:
+        pass
 
 
 # -- Celery's schedule file and an app's beat_schedule -----------------------------------------

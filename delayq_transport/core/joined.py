@@ -119,9 +119,12 @@ _STATES: weakref.WeakKeyDictionary[Any, _ConnState] = weakref.WeakKeyDictionary(
 class Joined:
     """A caller's driver connection, on which the core runs its statements (never commits)."""
 
-    __slots__ = ("raw", "_resolve", "_psycopg3", "_state")
+    __slots__ = ("raw", "hint", "_resolve", "_psycopg3", "_state")
 
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: Any, hint: str = "") -> None:
+        #: What the framework that joined the transaction calls the setting to change when it
+        #: is on another database than the broker's (the Django app names DELAYQ_DATABASE).
+        self.hint = hint
         self._resolve = resolver(connection)
         self.raw: Any = None
         self._bind()
@@ -217,7 +220,8 @@ class Joined:
                 f"{mask_password(db.url)}: a task written in your transaction would never "
                 "reach the broker's workers, and one written by the broker would not commit "
                 "or roll back with your data. Publish it outside the transaction, or keep the "
-                "broker's table in your application's database; nothing was published")
+                "broker's table in your application's database"
+                + (f" ({self.hint})" if self.hint else "") + "; nothing was published")
         state.verified.add(db)
 
     def where(self) -> str:

@@ -47,8 +47,13 @@ def atomic_transaction(alias: str) -> Any:
     """What :func:`~delayq_transport.core.joined.current` asks outside a ``transaction()``
     block: the alias's connection of this thread while it is inside ``atomic()``."""
 
+    hint = (f"Django: DELAYQ_DATABASE = {alias!r} joins the atomic() blocks of "
+            f"DATABASES[{alias!r}]; set it to the alias of the broker's database, as "
+            "CELERY_BROKER_URL = broker_url(DATABASES[alias]) names it, or set "
+            "DELAYQ_JOIN_ATOMIC = False")
+
     def joined() -> Joined | None:
         connection = connections[alias]
-        return Joined(connection) if connection.in_atomic_block else None
+        return Joined(connection, hint) if connection.in_atomic_block else None
 
     return joined

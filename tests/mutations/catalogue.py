@@ -145,4 +145,25 @@ MUTATIONS: list[Mutation] = [
         "`delayq demo` measures lateness at each task's finish (its 0.5 s of work counted as "
         "lateness; the flaky task, which does not sleep, kept the minimum under the 500 ms "
         "the test compared with)"),
+    Mutation(
+        "import-change-warned-every-refresh", "42.3", "delayq_beat/source_changes.py",
+        "        new = {name: c for name, c in now.items() if self._warned.get(name) != c}",
+        "        new = now",
+        ["tests/integration/test_beat_import_changes.py::test_a_beat_warns_once_per_change"],
+        "beat logs an imported entry's admin edit at every refresh instead of once per change"),
+    Mutation(
+        "import-change-never-compared", "42.3", "delayq_beat/source_changes.py",
+        '        elif step.action == "update" and step.entry is not None:',
+        '        elif False:',
+        ["tests/integration/test_beat_import_changes.py::"
+         "test_beat_list_marks_entries_edited_in_the_admin_after_the_import",
+         "tests/integration/test_beat_import_changes.py::test_a_beat_warns_once_per_change"],
+        "an imported entry edited in the admin is silently ignored again (only deletions shown)"),
+    Mutation(
+        "django-refusal-without-setting", "42.3", "delayq_transport/django/apps.py",
+        "        return Joined(connection, hint) if connection.in_atomic_block else None",
+        "        return Joined(connection) if connection.in_atomic_block else None",
+        ["tests/integration/test_django_refusal.py::"
+         "test_an_atomic_block_on_another_database_is_refused_naming_the_setting"],
+        "the wrong-database refusal in Django no longer names DELAYQ_DATABASE"),
 ]
