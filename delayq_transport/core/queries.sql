@@ -404,6 +404,13 @@ SELECT set_config('lock_timeout', %(lock_timeout)s, true)
 -- Versions already applied to this table.
 SELECT "version" FROM {migrations} WHERE "tableName" = %(table_name)s
 
+-- migrations_present --
+-- Whether the queue table and the migrations ledger exist, from the catalog alone (no privilege
+-- on them needed), and the database's name: what a command that only reads checks first, since
+-- it never runs DDL (core/schema.py, require_schema).
+SELECT to_regclass({table_literal}) IS NOT NULL, to_regclass({migrations_literal}) IS NOT NULL,
+       current_database()
+
 -- migrations_record --
 -- Remember that a version was applied.
 INSERT INTO {migrations} ("tableName", "version") VALUES (%(table_name)s, %(version)s)
