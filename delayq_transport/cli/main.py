@@ -27,11 +27,12 @@ console = CliConsole()
 SCHEMA_WRITERS: dict[str, str] = {
     "`delayq migrate`": "Creates the tables, or applies the missing migrations; the release "
                         "step, as the role that owns the tables.",
-    "Celery workers, producers and beat, Django, the Dramatiq broker": "On first use, read the "
+    "what uses the queue: Celery workers, producers and beat, Django, the Dramatiq broker, "
+    "Spark jobs that write, the Python API (`DelayedQueue`)": "On first use, read the "
         "migrations ledger and apply what is missing if their role may run DDL, else refuse to "
         "start naming `delayq migrate` (`ensure_schema=False` turns this off): a process that "
         "uses the queue cannot run without its tables, and an upgrade then needs no separate "
-        "step where one role does everything.",
+        "step where one role does everything (docs/how-to/roles.md).",
     "`delayq demo`": "Only tables of its own (`delayq_demo` and its companions), never the "
                      "queue table of `--table`.",
     "every other `delayq` command": "Never: they check the ledger first and exit 3 with "

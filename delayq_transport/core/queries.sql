@@ -685,6 +685,12 @@ WHERE ("runId", "part") IN (
     WHERE "appliedAt" < {now} - %(retention_ms)s::bigint AND "part" = %(part)s
     LIMIT %(limit)s)
 
+-- djbeat_present --
+-- core/djbeat.py: whether django-celery-beat's tables are in this database (its task table, from
+-- the catalog alone), so a listing that merely may show them asks before it reads: a read of a
+-- missing table is an error in the server's log at every refresh of the page.
+SELECT to_regclass({djbeat_task_literal}) IS NOT NULL
+
 -- djbeat_read --
 -- core/djbeat.py: django-celery-beat's change mark (PeriodicTasks.last_update, bumped by its
 -- saves, deletes and the admin's bulk actions) and, when it differs from the mark the caller

@@ -176,8 +176,9 @@ def listing_fields(db: Database, queue_table: str = "delayed_queue", *,
     beat in admin mode installed from them (origin, the admin's enabled flag, task, schedule);
     empty when its tables are not there, or this role may not read them (then the listing
     shows what the ledger alone knows)."""
+    tables = DjangoBeatTables(db, queue_table, schema=schema)
     try:
-        rows = DjangoBeatTables(db, queue_table, schema=schema).read(force=True).rows or []
+        rows = (tables.read(force=True).rows or []) if tables.present() else []
     except (SchemaMissing, PermissionDenied):
         return {}
     out: dict[str, SourceFields] = {}

@@ -132,6 +132,7 @@ def test_beat_list_shows_the_admins_entries_with_their_fields(app: Celery,
     from click.testing import CliRunner
 
     from delayq_transport.cli import main
+    from delayq_transport.tasks.beat import beat_entries
 
     app.conf.beat_schedule = {"local": {"task": "shop.local", "schedule": 60.0}}
     PeriodicTask.objects.create(name="pulse", task="shop.tick", args="[1]", **every(10))
@@ -151,6 +152,10 @@ def test_beat_list_shows_the_admins_entries_with_their_fields(app: Celery,
     assert table.exit_code == 0, table.output
     row = next(line for line in table.stdout.splitlines() if line.startswith("│ pulse "))
     assert "django-celery-beat" in row and "shop.tick every 10.0s" in row, table.stdout
+
+    with DelayedQueue(database_url) as queue:  # the web page lists them alike
+        page = {e["name"]: e for e in beat_entries(queue)}
+    assert (page["pulse"]["origin"], page["pulse"]["task"]) == ("django-celery-beat", "shop.tick")
 
     PeriodicTask.objects.filter(name="pulse").update(enabled=False)  # before the next refresh
     out = CliRunner().invoke(main, ["-d", database_url, "beat", "list", "--json"])
