@@ -145,4 +145,27 @@ MUTATIONS: list[Mutation] = [
         "`delayq demo` measures lateness at each task's finish (its 0.5 s of work counted as "
         "lateness; the flaky task, which does not sleep, kept the minimum under the 500 ms "
         "the test compared with)"),
+    Mutation(
+        "cli-read-creates-schema", "42.4", "delayq_transport/cli/main.py",
+        "            require_schema(db, self.table)\n"
+        "            queue = DelayedQueue(db, table=self.table, ensure_schema=False)",
+        "            queue = DelayedQueue(db, table=self.table)",
+        ["tests/integration/test_cli_read_only.py::"
+         "test_a_read_only_command_on_a_database_without_the_tables_creates_nothing"],
+        "`delayq status` (and every command that reads) creates delayq's tables in a database "
+        "that had none"),
+    Mutation(
+        "cli-log-at-terminal-width", "42.4", "delayq_transport/cli/output.py",
+        "        return size if self.is_terminal else ConsoleDimensions(LOG_WIDTH, size.height)",
+        "        return size",
+        ["tests/integration/test_cli_read_only.py::"
+         "test_tables_off_a_terminal_keep_one_line_per_row"],
+        "`delayq tasks list > file` folds a long task id and task name over several lines"),
+    Mutation(
+        "cli-error-on-stdout", "42.2", "delayq_transport/cli/errors.py",
+        "{one_line(message)}\", err=True)",
+        "{message}\")",
+        ["tests/unit/test_cli_errors.py::"
+         "test_an_unreachable_database_is_one_line_on_stderr_with_status_4"],
+        "a database error goes to stdout, over several lines"),
 ]
