@@ -360,7 +360,7 @@ def ensure_schema(db: Database, table: str) -> list[int]:
         ) from exc
 
 
-#: What every refusal of :func:`require_schema` ends with: the one step that creates the schema.
+#: What a refusal of :func:`require_schema` ends with: the one step that creates the schema.
 RUN_MIGRATE = "run `delayq migrate`"
 
 
@@ -375,14 +375,16 @@ def require_schema(db: Database, table: str) -> None:
     row = db.fetchone(Queries(table)["migrations_present"])
     assert row is not None
     has_table, has_ledger, dbname = bool(row[0]), bool(row[1]), str(row[2])
-    which = "" if table == "delayed_queue" else f" for --table {table}"
+    default = table == "delayed_queue"
+    which = "" if default else f" for table {table!r}"
+    run = RUN_MIGRATE if default else f"run `delayq --table {table} migrate`"
     if not has_table:
-        raise SchemaMissing(f"no delayq tables{which} in database {dbname!r}: {RUN_MIGRATE}")
+        raise SchemaMissing(f"no delayq tables{which} in database {dbname!r}: {run}")
     missing = missing_migrations(db, table) if has_ledger else list(MIGRATIONS)
     if missing:
         names = ", ".join(str(m.version) for m in missing)
         raise SchemaMissing(f"the delayq tables{which} in database {dbname!r} lack "
-                            f"migration(s) {names}: {RUN_MIGRATE}")
+                            f"migration(s) {names}: {run}")
 
 
 def current_version(db: Database, table: str) -> int:

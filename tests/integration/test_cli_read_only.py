@@ -88,6 +88,16 @@ def test_a_role_without_create_rights_gets_the_same_line(empty_db: tuple[str, st
             admin.execute(f'DROP ROLE "{role}"')
 
 
+def test_another_table_is_named_with_the_command_that_creates_it(database_url: str) -> None:
+    before = relations(database_url)
+    result = CliRunner().invoke(main, ["-d", database_url, "--table", "other_q", "tasks",
+                                       "list"])
+    assert result.exit_code == EXIT_NO_SCHEMA, result.output
+    assert "no delayq tables for table 'other_q' in database " in result.stderr
+    assert result.stderr.endswith(": run `delayq --table other_q migrate`\n")
+    assert relations(database_url) == before
+
+
 def test_migrate_is_the_command_that_creates_them(empty_db: tuple[str, str]) -> None:
     name, url = empty_db
     assert CliRunner().invoke(main, ["-d", url, "migrate"]).exit_code == 0
