@@ -211,7 +211,7 @@ def _run(queue: DelayedQueue, url: str, env: dict[str, str], web_url: str | None
     # On a terminal the table changes in place; in a log (CI, `> file`) it is printed once, at
     # the end: rich's live view would print only its last frame there anyway, without the line
     # break that separates it from the summary below.
-    live = Live(console=console, refresh_per_second=8) if console.is_terminal else None
+    live = Live(console=console, refresh_per_second=8) if console.on_terminal else None
     with Database(url, max_size=1) as db, live or contextlib.nullcontext():
         log = RunLog(db)
         while time.monotonic() < deadline:

@@ -38,9 +38,19 @@ class CliConsole(Console):
     they are printed, so a command (an adapter's too) builds a plain ``rich.table.Table``."""
 
     @property
+    def on_terminal(self) -> bool:
+        """Whether the output goes to a terminal, asked of the file itself: rich's
+        ``is_terminal`` is also true under ``FORCE_COLOR``, which CI systems set for colours
+        in a log that is still read by grep."""
+        try:
+            return bool(self.file.isatty())
+        except (AttributeError, ValueError):  # no isatty, or closed (the end of a test run)
+            return False
+
+    @property
     def size(self) -> ConsoleDimensions:
         size = super().size
-        return size if self.is_terminal else ConsoleDimensions(LOG_WIDTH, size.height)
+        return size if self.on_terminal else ConsoleDimensions(LOG_WIDTH, size.height)
 
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
@@ -48,7 +58,7 @@ class CliConsole(Console):
 
     def render(self, renderable: RenderableType,
                options: ConsoleOptions | None = None) -> Iterable[Segment]:
-        if isinstance(renderable, Table) and not self.is_terminal:
+        if isinstance(renderable, Table) and not self.on_terminal:
             log_layout(renderable)
         return super().render(renderable, options)
 

@@ -430,7 +430,8 @@ def cli_contract_sections() -> list[str]:
     output = "\n\n".join([
         "## Output in a log",
         "On a terminal, tables fit the window. When stdout is not a terminal (CI, a deploy "
-        "log, `> file`, a pipe), tables are printed at full width with one line per row: no "
+        "log, `> file`, a pipe; colours forced by `FORCE_COLOR` or not), tables are printed "
+        "at full width with one line per row: no "
         "cell is folded, wrapped or cut, and a cell of several lines is joined with `; `, so "
         "a task id or an entry's note can be grepped. Every command that lists takes `--json` "
         "(`tests/unit/test_cli_tree.py` fails for one that does not).",

@@ -128,11 +128,11 @@ def test_tables_off_a_terminal_keep_one_line_per_row(database_url: str) -> None:
     with DelayedQueue(database_url, kind="celery") as q:
         msg = task_message(task, ["x" * 50], {}, eta=at, queue="celery", task_id=task_id)
         q.with_kind(kind_for("celery", 0)).offer(task_id, encode(msg), at)
-    result = CliRunner().invoke(main, ["-d", database_url, "tasks", "list"],
-                                env={"COLUMNS": "60"})
-    assert result.exit_code == 0, result.output
-    rows = [line for line in result.stdout.splitlines() if task_id in line]
-    assert len(rows) == 1 and task in rows[0], result.stdout
+    for env in ({"COLUMNS": "60"}, {"COLUMNS": "60", "FORCE_COLOR": "1"}):  # colours in CI
+        result = CliRunner().invoke(main, ["-d", database_url, "tasks", "list"], env=env)
+        assert result.exit_code == 0, result.output
+        rows = [line for line in result.stdout.splitlines() if task_id in line]
+        assert len(rows) == 1 and task in rows[0], (env, result.stdout)
     listed = CliRunner().invoke(main, ["-d", database_url, "tasks", "list", "--json"])
     assert [t["key"] for t in json.loads(listed.stdout)["tasks"]] == [task_id]
     index = CliRunner().invoke(main, ["-d", database_url, "tasks", "search-index", "status",

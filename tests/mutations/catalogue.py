@@ -156,7 +156,7 @@ MUTATIONS: list[Mutation] = [
         "that had none"),
     Mutation(
         "cli-log-at-terminal-width", "42.4", "delayq_transport/cli/output.py",
-        "        return size if self.is_terminal else ConsoleDimensions(LOG_WIDTH, size.height)",
+        "        return size if self.on_terminal else ConsoleDimensions(LOG_WIDTH, size.height)",
         "        return size",
         ["tests/integration/test_cli_read_only.py::"
          "test_tables_off_a_terminal_keep_one_line_per_row"],
