@@ -18,12 +18,14 @@ import click
 from rich.table import Table
 
 from delayq_transport.cli import STATUS_HOOKS, Context, console, register
+from delayq_transport.cli.output import emit, json_option
 from delayq_transport.core.errors import InvalidInput
 from delayq_transport.core.queue import DelayedQueue
 from delayq_transport.core.timeutil import from_ms, to_ms
 from delayq_transport.formats.celery import queue_of_kind
+from delayq_transport.scheduling.djbeat import listing_fields
 from delayq_transport.scheduling.entries import instant
-from delayq_transport.scheduling.listing import LEDGERS, list_entries
+from delayq_transport.scheduling.listing import LEDGERS, ListedEntry, list_entries
 from delayq_transport.scheduling.schedules import Clocked, Solar, parse_crontab
 from delayq_transport.scheduling.store import EntryStore
 
@@ -40,8 +42,8 @@ def beat_group() -> None:
 
 
 def _store(obj: Context) -> tuple[DelayedQueue, BeatStore]:
-    queue = obj.queue()
-    return queue, BeatStore(queue.db, obj.table)
+    queue = obj.queue()  # checks the schema; nothing here creates it
+    return queue, BeatStore(queue.db, obj.table, ensure_schema=False)
 
 
 def _fmt(ms: int, fmt: str = "%m-%d %H:%M:%S") -> str:
@@ -53,7 +55,14 @@ def _queue_text(kind: str) -> str:
     return f"{queue} p{priority}" if priority else queue
 
 
-def entries_table(queue: DelayedQueue, store: EntryStore, shown: int = NEXT_SHOWN,
+def _listed(queue: DelayedQueue, store: EntryStore, shown: int) -> list[ListedEntry]:
+    """The entries of ``store``; those a beat in admin mode installed from django-celery-beat's
+    tables (in this database) show that origin and the admin's fields, which the ledger does
+    not keep."""
+    return list_entries(queue, store, shown, sources=listing_fields(queue.db, store.table))
+
+
+def entries_table(entries: list[ListedEntry], shown: int = NEXT_SHOWN,
                   title: str = "beat entries (times UTC)",
                   changed: Mapping[str, Change] | None = None) -> Table:
     """Every known entry (DB-backed or installed by a beat) and its next installed occurrences;
@@ -64,7 +73,7 @@ def entries_table(queue: DelayedQueue, store: EntryStore, shown: int = NEXT_SHOW
         table.add_column(col)
     if changed:
         table.add_column("source changed")
-    for e in list_entries(queue, store, shown):
+    for e in entries:
         upcoming = "\n".join(f"{_fmt(r.scheduled_at_initially_ms)} "
                              f"({_fmt(r.created_at_ms, '%H:%M:%S')})"
                              for r in e.upcoming) or "-"
@@ -77,24 +86,46 @@ def entries_table(queue: DelayedQueue, store: EntryStore, shown: int = NEXT_SHOW
     return table
 
 
+def entry_document(e: ListedEntry) -> dict[str, Any]:
+    """One entry as ``--json`` prints it: instants in ISO-8601 UTC."""
+    queue, priority = queue_of_kind(e.kind) if e.kind else (None, None)
+    return {"name": e.name, "origin": e.origin, "enabled": e.enabled, "task": e.task or None,
+            "schedule": e.schedule or None, "config_hash": e.config_hash, "kind": e.kind,
+            "queue": queue, "priority": priority,
+            "upcoming": [{"at": from_ms(r.scheduled_at_initially_ms).isoformat(),
+                          "installed_at": from_ms(r.created_at_ms).isoformat()}
+                         for r in e.upcoming] if e.config_hash else []}
+
+
 @beat_group.command("list")
 @click.option("--next", "shown", default=NEXT_SHOWN, show_default=True,
               help="Occurrences shown per entry")
+@json_option
 @click.pass_obj
-def list_cmd(obj: Context, shown: int) -> None:
+def list_cmd(obj: Context, shown: int, as_json: bool) -> None:
     """Entries with their next occurrences and when each was installed (createdAt)."""
     queue, store = _store(obj)
     with queue:
         changed = marks(queue.db, store)
-        console.print(entries_table(queue, store, shown, changed=changed))
-        for change in changed.values():
-            console.print(str(change), soft_wrap=True, markup=False, highlight=False)
-        if changed:
-            console.print(ADVICE, soft_wrap=True, markup=False, highlight=False)
+        listings = {"beat entries": _listed(queue, store, shown)}
         for namespace, title in LEDGERS.items():
             other = EntryStore(queue.db, obj.table, namespace=namespace, ensure_schema=False)
             if other.installed():
-                console.print(entries_table(queue, other, shown, f"{title} (times UTC)"))
+                listings[title] = _listed(queue, other, shown)
+    if as_json:
+        emit({"entries": [dict(entry_document(e), source_changed=str(changed[e.name])
+                               if e.name in changed else None)
+                          for e in listings.pop("beat entries")],
+              "ledgers": {title: [entry_document(e) for e in entries]
+                          for title, entries in listings.items()}})
+        return
+    console.print(entries_table(listings.pop("beat entries"), shown, changed=changed))
+    for change in changed.values():
+        console.print(str(change), soft_wrap=True, markup=False, highlight=False)
+    if changed:
+        console.print(ADVICE, soft_wrap=True, markup=False, highlight=False)
+    for title, entries in listings.items():
+        console.print(entries_table(entries, shown, f"{title} (times UTC)"))
 
 
 def _json_arg(text: str | None, what: str, kind: type) -> Any:
@@ -216,7 +247,7 @@ def status_section(obj: Context) -> None:
     queue, store = _store(obj)
     with queue:
         if store.entries() or store.installed():
-            console.print(entries_table(queue, store))
+            console.print(entries_table(_listed(queue, store, NEXT_SHOWN)))
 
 
 beat_group.add_command(import_command(console))

@@ -78,7 +78,7 @@ def import_cmd(obj: Any, source_kind: str, location: str | None, dry_run: bool,
             raise InvalidInput(f"--disable-source: {source.cannot_disable}")
         queue = obj.queue()
         with queue:
-            store = BeatStore(queue.db, obj.table)
+            store = BeatStore(queue.db, obj.table, ensure_schema=False)  # checked by queue()
             if undo:
                 _undo(source, queue, store, dry_run)
             else:

@@ -4,7 +4,6 @@ page's dead-letters page shows them (:class:`delayq_transport.tasks.deadletters
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,16 +13,13 @@ from rich.table import Table
 from ..tasks import decode_cursor, encode_cursor
 from ..tasks.deadletters import DeadLetterService
 from .main import Context, console
+from .output import emit, json_option
 
 
 @contextmanager
 def _service(obj: Context, hide_args: bool = False) -> Iterator[DeadLetterService]:
     with obj.queue() as queue:
         yield DeadLetterService(queue, hide_args=hide_args)
-
-
-def _emit(data: object) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
 
 
 @click.group("dead-letters")
@@ -36,7 +32,7 @@ def dead_letters_group() -> None:
 @click.option("--limit", "-n", type=click.IntRange(1, 500), default=50, show_default=True,
               help="Dead letters per page")
 @click.option("--cursor", help="Continue after a previous page (printed at its end)")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@json_option
 @click.pass_obj
 def list_cmd(obj: Context, queue: str | None, limit: int, cursor: str | None,
              as_json: bool) -> None:
@@ -46,7 +42,7 @@ def list_cmd(obj: Context, queue: str | None, limit: int, cursor: str | None,
         queues = svc.queues()
     nxt = encode_cursor(*page.next_cursor) if page.next_cursor else None
     if as_json:
-        _emit({"queues": queues, "dead_letters": [d.as_dict() for d in page.items],
+        emit({"queues": queues, "dead_letters": [d.as_dict() for d in page.items],
                "next_cursor": nxt})
         return
     table = Table("id", "failed at", "actor", "queue", "retries", "exception")
@@ -64,14 +60,14 @@ def list_cmd(obj: Context, queue: str | None, limit: int, cursor: str | None,
 @dead_letters_group.command("show")
 @click.argument("ident")
 @click.option("--hide-args", is_flag=True, help="Do not show the message's arguments")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@json_option
 @click.pass_obj
 def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
     """One dead letter by row id, with its traceback."""
     with _service(obj, hide_args) as svc:
         data = svc.find(ident).as_dict(full=True)
     if as_json:
-        _emit(data)
+        emit(data)
         return
     for key in ("id", "queue", "actor", "message_id", "failed_at", "kept_until", "retries",
                 "exception", "args", "kwargs"):
@@ -81,7 +77,7 @@ def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
 
 @dead_letters_group.command("requeue")
 @click.argument("ident")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@json_option
 @click.pass_obj
 def requeue_cmd(obj: Context, ident: str, as_json: bool) -> None:
     """Back to its queue, due now, retries reset."""
@@ -90,7 +86,7 @@ def requeue_cmd(obj: Context, ident: str, as_json: bool) -> None:
 
 @dead_letters_group.command("delete")
 @click.argument("ident")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@json_option
 @click.pass_obj
 def delete_cmd(obj: Context, ident: str, as_json: bool) -> None:
     """Delete one dead letter for good."""
@@ -101,4 +97,4 @@ def _change(obj: Context, ident: str, as_json: bool, action: str) -> None:
     """``requeue`` or ``delete`` of the service, reported as JSON or its one-line detail."""
     with _service(obj) as svc:
         result = getattr(svc, action)(ident)
-    _emit(result) if as_json else console.print(result["detail"], markup=False)
+    emit(result) if as_json else console.print(result["detail"], markup=False)

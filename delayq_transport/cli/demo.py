@@ -11,6 +11,7 @@ second demo on the same database is refused while one runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -67,7 +68,9 @@ def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout: float = 
         if "ready." in log_path.read_text(errors="replace"):
             return
         if proc.poll() is not None:
-            raise click.ClickException(f"worker exited:\n{log_path.read_text()[-2000:]}")
+            click.echo(log_path.read_text(errors="replace")[-2000:], err=True)
+            raise click.ClickException(f"the demo's worker exited before it was ready (its "
+                                       f"log, above: {log_path})")
         time.sleep(0.1)
     raise click.ClickException(f"worker not ready after {timeout}s; log: {log_path}")
 
@@ -205,14 +208,21 @@ def _run(queue: DelayedQueue, url: str, env: dict[str, str], web_url: str | None
     tasks.append(DemoTask(result.id, f"flaky: fails, retry(countdown={RETRY_AFTER_S})",
                           queue.get(result.id).scheduled_at))  # type: ignore[union-attr]
     deadline = time.monotonic() + DEMO_TIMEOUT_S
-    with Database(url, max_size=1) as db, Live(console=console, refresh_per_second=8) as live:
+    # On a terminal the table changes in place; in a log (CI, `> file`) it is printed once, at
+    # the end: rich's live view would print only its last frame there anyway, without the line
+    # break that separates it from the summary below.
+    live = Live(console=console, refresh_per_second=8) if console.on_terminal else None
+    with Database(url, max_size=1) as db, live or contextlib.nullcontext():
         log = RunLog(db)
         while time.monotonic() < deadline:
             _refresh(tasks, queue, log)
-            live.update(_view(tasks, queue.now()))
+            if live is not None:
+                live.update(_view(tasks, queue.now()))
             if all(t.state == "done" for t in tasks):
                 break
             time.sleep(0.1)
+    if live is None:
+        console.print(_view(tasks, queue.now()))
     done = sum(t.state == "done" for t in tasks)
     late = [(t.started_at - t.eta).total_seconds() * 1000 for t in tasks if t.started_at]
     console.print(f"{done}/{len(tasks)} tasks done, each started "

@@ -7,21 +7,40 @@ their own sub-commands (``delayq beat ...``, ``delayq spark-report``) through :f
 from __future__ import annotations
 
 import importlib
-import sys
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from ..core import validate_table_name
 from ..core.db import Database, mask_password
 from ..core.errors import DelayqError
 from ..core.periodic import PeriodicStore
 from ..core.queue import DelayedQueue
-from ..core.schema import MIGRATIONS, migrate
+from ..core.schema import MIGRATIONS, migrate, require_schema
+from .errors import fail
+from .output import CliConsole
 from .status import run_status, status_options
 
-console = Console()
+#: Everything a command prints but JSON (errors go to stderr: .errors).
+console = CliConsole()
+
+#: Who may create or change delayq's schema, and why only they (the CLI reference renders it).
+SCHEMA_WRITERS: dict[str, str] = {
+    "`delayq migrate`": "Creates the tables, or applies the missing migrations; the release "
+                        "step, as the role that owns the tables.",
+    "what uses the queue: Celery workers, producers and beat, Django, the Dramatiq broker, "
+    "Spark jobs that write, the Python API (`DelayedQueue`)": "On first use, read the "
+        "migrations ledger and apply what is missing if their role may run DDL, else refuse to "
+        "start naming `delayq migrate` (`ensure_schema=False` turns this off): a process that "
+        "uses the queue cannot run without its tables, and an upgrade then needs no separate "
+        "step where one role does everything (docs/how-to/roles.md).",
+    "`delayq demo`": "Only tables of its own (`delayq_demo` and its companions), never the "
+                     "queue table of `--table`.",
+    "every other `delayq` command": "Never: they check the ledger first and exit 3 with "
+        "\"no delayq tables in database 'NAME': run `delayq migrate`\". A command that only "
+        "reads (`status`, `beat list`, `tasks list`, `metrics`, ...) run against the wrong "
+        "database must not leave tables there, and a role that may not run DDL gets that line "
+        "instead of a PostgreSQL error.",
+}
 
 #: Sub-commands that live in plugin modules, and the modules that provide them (a listing hook
 #: rides with its command: Dramatiq's periodic actors join ``delayq beat list``). A module is
@@ -64,21 +83,29 @@ class Context:
 
     def queue(self) -> DelayedQueue:
         """The table's queue on a pool that opens connections on first use, up to
-        ``--pool-size`` (the queue closes it)."""
+        ``--pool-size`` (the queue closes it). Checks the schema and never creates it
+        (:data:`SCHEMA_WRITERS`): only ``delayq migrate`` does."""
         db = Database(self.require_url(), min_size=0, max_size=self.pool_size)
         try:
-            queue = DelayedQueue(db, table=self.table)
+            require_schema(db, self.table)
+            queue = DelayedQueue(db, table=self.table, ensure_schema=False)
         except BaseException:
             db.close()
             raise
         queue._owns_db = True
         return queue
 
+    def require_schema(self) -> None:
+        """The check of :meth:`queue` for a command that reads the table another way (Spark)."""
+        with Database(self.require_url(), min_size=0, max_size=1) as db:
+            require_schema(db, self.table)
+
 
 class DelayqGroup(click.Group):
-    """Turns delayq errors into one clear line and exit code 1 instead of a traceback, and
-    imports a plugin's module only when one of its commands is asked for (start-up time: the
-    whole ``delayq status`` process has a budget of 1 s, most of it Python imports)."""
+    """Turns delayq errors into one line on stderr and their exit status instead of a
+    traceback (:func:`.errors.fail`, for every command), and imports a plugin's module only
+    when one of its commands is asked for (start-up time: the whole ``delayq status`` process
+    has a budget of 1 s, most of it Python imports)."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands:
@@ -92,9 +119,10 @@ class DelayqGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except DelayqError as exc:
-            console.print(f"[red]error:[/red] {escape(str(exc))}")  # "delayq[web]" is no tag
-            sys.exit(1)
+        except click.UsageError:
+            raise  # click prints the usage line with it, exit status 2
+        except (DelayqError, click.ClickException) as exc:
+            fail(exc)
 
 
 @click.group(cls=DelayqGroup)

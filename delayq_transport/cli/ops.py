@@ -13,6 +13,7 @@ from ..core.db import Database, mask_password
 from ..core.grants import ROLE_PROFILES, grants_for
 from ..core.uninstall import UninstallPlan, UninstallRefused, plan_uninstall, uninstall
 from .main import Context, console, register
+from .output import emit, json_option
 
 
 @click.command("grants")
@@ -65,30 +66,39 @@ def metrics_cmd(obj: Context, serve: bool, port: int, addr: str, cap: int) -> No
 @click.option("--lock-timeout", default="5s", show_default=True,
               help="Longest wait for each table lock; sessions still using the tables "
                    "(workers, producers, beat, web) hold them: stop those first")
+@json_option
 @click.pass_obj
-def uninstall_cmd(obj: Context, yes: bool, lock_timeout: str) -> None:
+def uninstall_cmd(obj: Context, yes: bool, lock_timeout: str, as_json: bool) -> None:
     """List every object delayq created for --table (tables, indexes, triggers, sequence,
     functions, its ledger and beat rows; the shared tables once no other queue table is
     left); --yes drops them in one transaction. Nothing delayq did not create is dropped:
     uninstall refuses while another index or trigger sits on those tables."""
     with Database(obj.require_url(), max_size=1) as db:
         plan = plan_uninstall(db, obj.table)
-        _print_plan(plan, mask_password(obj.require_url()))
+        if as_json:
+            emit({"table": plan.table, "drop": [vars(o) for o in plan.drop],
+                  "foreign": [vars(o) for o in plan.foreign],
+                  "kept_for_tables": plan.other_tables,
+                  "dropped": bool(yes and not plan.foreign)})
+        else:
+            _print_plan(plan, mask_password(obj.require_url()))
         if plan.foreign:
             names = ", ".join(f"{o.kind} {o.name}" for o in plan.foreign)
             raise UninstallRefused(f"{names}: not created by delayq, would be dropped with "
                                    f"the tables of {obj.table}; drop or move them first")
         if not yes:
-            console.print("dry run: nothing dropped; run again with --yes to drop the above")
+            if not as_json:
+                console.print("dry run: nothing dropped; run again with --yes to drop the above")
             return
         uninstall(db, obj.table, lock_timeout=lock_timeout)
-    console.print(f"dropped delayq's objects for {obj.table}")
+    if not as_json:
+        console.print(f"dropped delayq's objects for {obj.table}")
 
 
 def _print_plan(plan: UninstallPlan, where: str) -> None:
     view = Table(title=f"delayq objects of table {plan.table} on {where}")
     for column in ("kind", "name", "detail"):
-        view.add_column(column, overflow="fold")
+        view.add_column(column, overflow="fold")  # on a terminal; one line per row elsewhere
     for item in plan.drop:
         view.add_row(item.kind, item.name, item.detail)
     for item in plan.foreign:

@@ -23,6 +23,7 @@ from ..core.queue import DelayedQueue
 from ..core.timeutil import from_ms
 from ..core.types import KindStatus
 from ..formats.celery import queue_of_kind
+from .output import json_option
 
 LEVEL_STYLE = {"warning": "yellow", "critical": "bold red"}
 
@@ -130,4 +131,4 @@ def status_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Most rows each count reads before it is labelled ≥cap or ~estimate")(f)
     f = click.option("--exact", is_flag=True,
                      help="Count every row (a full scan: seconds at millions of rows)")(f)
-    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output")(f)
+    return json_option(f)

@@ -26,16 +26,13 @@ from ..tasks import (
 from ..tasks.filters import STATES
 from .deadletters import dead_letters_group
 from .main import Context, console, register
+from .output import emit, json_option
 
 
 @contextmanager
 def _service(obj: Context, hide_args: bool = False) -> Iterator[TaskService]:
     with obj.queue() as queue:
         yield TaskService(queue, hide_args=hide_args)
-
-
-def _emit(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
 
 
 def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,7 +67,7 @@ def tasks_group() -> None:
               help="Tasks per page")
 @click.option("--cursor", help="Continue after a previous page (printed at its end)")
 @click.option("--hide-args", is_flag=True, help="Do not show task arguments")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@json_option
 @click.pass_obj
 def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool, as_json: bool,
              **kw: Any) -> None:
@@ -80,7 +77,7 @@ def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool, as_j
         page = svc.list_page(f, decode_cursor(cursor), limit)
     nxt = encode_cursor(*page.next_cursor) if page.next_cursor else None
     if as_json:
-        _emit({"tasks": [v.as_dict() for v in page.items], "next_cursor": nxt,
+        emit({"tasks": [v.as_dict() for v in page.items], "next_cursor": nxt,
                "scanned": page.scanned, "partial": page.partial})
         return
     table = Table(title=f"{obj.table}: {len(page.items)} task(s), sorted by ETA (UTC)")
@@ -101,14 +98,14 @@ def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool, as_j
 @tasks_group.command("show")
 @click.argument("ident")
 @click.option("--hide-args", is_flag=True, help="Do not show task arguments")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@json_option
 @click.pass_obj
 def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
     """One task by task id (or row id): the decoded message, row state and lease holder."""
     with _service(obj, hide_args) as svc:
         data = svc.find(ident).as_dict(full=True)
     if as_json:
-        _emit(data)
+        emit(data)
         return
     message = data.pop("message") or {}
     table = Table(show_header=False, title=f"task {data['key']}")
@@ -117,19 +114,19 @@ def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
         table.add_row(name, str(data[name]))
     for name in ("format", "task", "args", "kwargs", "eta", "expires", "retries"):
         table.add_row(f"message.{name}", json.dumps(message.get(name), default=str))
-    table.add_row("message.headers", json.dumps(message.get("headers"), indent=1, default=str))
+    table.add_row("message.headers", json.dumps(message.get("headers"), default=str))
     console.print(table)
 
 
 def _done(as_json: bool, data: dict[str, Any], text: str) -> None:
-    _emit(data) if as_json else console.print(text)
+    emit(data) if as_json else console.print(text)
 
 
 @tasks_group.command("cancel")
 @click.argument("ident", required=False)
 @filter_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before a bulk cancel")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@json_option
 @click.pass_obj
 def cancel_cmd(obj: Context, ident: str | None, yes: bool, as_json: bool, **kw: Any) -> None:
     """Cancel one task (ID), or every waiting match of the filters (asks first).
@@ -162,7 +159,7 @@ def cancel_cmd(obj: Context, ident: str | None, yes: bool, as_json: bool, **kw: 
 @click.argument("ident")
 @click.option("--at", "at", help="New ETA, ISO-8601 (naive = UTC)")
 @click.option("--in", "delay", help="New ETA from now: 90s, 15m, 2h, 1d")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@json_option
 @click.pass_obj
 def reschedule_cmd(obj: Context, ident: str, at: str | None, delay: str | None,
                    as_json: bool) -> None:
@@ -177,7 +174,7 @@ def reschedule_cmd(obj: Context, ident: str, at: str | None, delay: str | None,
 
 @tasks_group.command("run-now")
 @click.argument("ident")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
+@json_option
 @click.pass_obj
 def run_now_cmd(obj: Context, ident: str, as_json: bool) -> None:
     """Make a waiting task due now: the next free worker runs it."""
@@ -188,8 +185,9 @@ def run_now_cmd(obj: Context, ident: str, as_json: bool) -> None:
 
 @tasks_group.command("search-index")
 @click.argument("action", type=click.Choice(["create", "drop", "status"]))
+@json_option
 @click.pass_obj
-def search_index_cmd(obj: Context, action: str) -> None:
+def search_index_cmd(obj: Context, action: str, as_json: bool) -> None:
     """Opt-in trigram index that makes argument search answer at once on big tables.
 
     Publishing pays for its entries (see docs/benchmarks.md); without it a search scans in slices.
@@ -201,7 +199,8 @@ def search_index_cmd(obj: Context, action: str) -> None:
         elif action == "drop":
             search.drop_index(queue)
         ready = search.index_ready(queue)
-    console.print(f"search index on {obj.table}: {'present' if ready else 'absent'}")
+    _done(as_json, {"table": obj.table, "search_index": ready},
+          f"search index on {obj.table}: {'present' if ready else 'absent'}")
 
 
 register(tasks_group)

@@ -111,6 +111,7 @@ def statement(name: str, queue_table: str, schema: str | None) -> str:
     idents: dict[str, Any] = {
         key: sql.Identifier(*((schema,) if schema else ()), table)
         for key, table in TABLES.items()}
+    idents["djbeat_task_literal"] = sql.Literal(idents["djbeat_task"].as_string(None))
     idents["runs"] = sql.Identifier(runs_table_name(validate_table_name(queue_table)))
     idents["now"] = sql.SQL(NOW_SQL)
     return sql.SQL(raw_queries()[DJBEAT_PREFIX + name]).format(**idents).as_string(None)
@@ -128,6 +129,11 @@ class DjangoBeatTables:
 
     def _sql(self, name: str) -> str:
         return statement(name, self.queue_table, self.schema)
+
+    def present(self) -> bool:
+        """Whether the tables are in this database (in ``schema``, or on the search path)."""
+        row = self.db.fetchone(self._sql("present"))
+        return bool(row and row[0])
 
     def read(self, seen: datetime | None = None, *, force: bool = False) -> Snapshot:
         """The change mark, and every task unless the mark is still ``seen`` (and not ``force``).

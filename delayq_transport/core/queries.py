@@ -109,6 +109,7 @@ class Queries:
             "channel_literal": sql.Literal(channel),
             # The quoted name as a string, for to_regclass() in catalog queries.
             "table_literal": sql.Literal(sql.Identifier(table).as_string(None)),
+            "migrations_literal": sql.Literal(sql.Identifier(MIGRATIONS_TABLE).as_string(None)),
             "now": sql.SQL(NOW_SQL),
         }
         # Rendered to plain strings once: psycopg keys its prepared statements on the text.

@@ -410,6 +410,13 @@ SELECT set_config('lock_timeout', %(lock_timeout)s, true)
 -- Versions already applied to this table.
 SELECT "version" FROM {migrations} WHERE "tableName" = %(table_name)s
 
+-- migrations_present --
+-- Whether the queue table and the migrations ledger exist, from the catalog alone (no privilege
+-- on them needed), and the database's name: what a command that only reads checks first, since
+-- it never runs DDL (core/schema.py, require_schema).
+SELECT to_regclass({table_literal}) IS NOT NULL, to_regclass({migrations_literal}) IS NOT NULL,
+       current_database()
+
 -- migrations_record --
 -- Remember that a version was applied.
 INSERT INTO {migrations} ("tableName", "version") VALUES (%(table_name)s, %(version)s)
@@ -709,6 +716,12 @@ WHERE ("runId", "part") IN (
     SELECT "runId", "part" FROM {runs}
     WHERE "appliedAt" < {now} - %(retention_ms)s::bigint AND "part" = %(part)s
     LIMIT %(limit)s)
+
+-- djbeat_present --
+-- core/djbeat.py: whether django-celery-beat's tables are in this database (its task table, from
+-- the catalog alone), so a listing that merely may show them asks before it reads: a read of a
+-- missing table is an error in the server's log at every refresh of the page.
+SELECT to_regclass({djbeat_task_literal}) IS NOT NULL
 
 -- djbeat_read --
 -- core/djbeat.py: django-celery-beat's change mark (PeriodicTasks.last_update, bumped by its

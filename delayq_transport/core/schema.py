@@ -366,6 +366,33 @@ def ensure_schema(db: Database, table: str) -> list[int]:
         ) from exc
 
 
+#: What a refusal of :func:`require_schema` ends with: the one step that creates the schema.
+RUN_MIGRATE = "run `delayq migrate`"
+
+
+def require_schema(db: Database, table: str) -> None:
+    """What a command that must not run DDL calls instead of :func:`ensure_schema`: check that
+    the tables exist and are current, change nothing. Without this, opening the queue to read
+    it would create all of delayq's tables in a database that had none (a mistyped ``-d``), or
+    fail with a raw "permission denied for schema public" for a role that may not.
+
+    Raises :class:`SchemaMissing` naming the database and ``delayq migrate``.
+    """
+    row = db.fetchone(Queries(table)["migrations_present"])
+    assert row is not None
+    has_table, has_ledger, dbname = bool(row[0]), bool(row[1]), str(row[2])
+    default = table == "delayed_queue"
+    which = "" if default else f" for table {table!r}"
+    run = RUN_MIGRATE if default else f"run `delayq --table {table} migrate`"
+    if not has_table:
+        raise SchemaMissing(f"no delayq tables{which} in database {dbname!r}: {run}")
+    missing = missing_migrations(db, table) if has_ledger else list(MIGRATIONS)
+    if missing:
+        names = ", ".join(str(m.version) for m in missing)
+        raise SchemaMissing(f"the delayq tables{which} in database {dbname!r} lack "
+                            f"migration(s) {names}: {run}")
+
+
 def current_version(db: Database, table: str) -> int:
     return max(applied_versions(db, table), default=0)
 

@@ -9,7 +9,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 
 from ..core.counts import COUNT_CAP
+from ..core.db import Database
 from ..core.queue import DelayedQueue
+from ..core.schema import require_schema
 from .collector import DelayqCollector
 
 log = logging.getLogger(__name__)
@@ -54,8 +56,17 @@ def serve_metrics(database_url: str, *, table: str = "delayed_queue", port: int 
 
     Uses its own pool of two connections; needs SELECT on the queue tables (a DML-only worker
     role is enough) and ``pg_monitor`` to see other roles' sessions holding back cleanup.
+    Reads only: refuses (:class:`~delayq_transport.core.errors.SchemaMissing`) where the tables
+    are missing rather than create them.
     """
-    queue = DelayedQueue(database_url, table=table, pool_max_size=2)
+    db = Database(database_url, max_size=2)
+    try:
+        require_schema(db, table)
+        queue = DelayedQueue(db, table=table, ensure_schema=False)
+    except BaseException:
+        db.close()
+        raise
+    queue._owns_db = True
     try:
         return MetricsServer(queue, port=port, addr=addr, cap=cap, owns_queue=True)
     except BaseException:

@@ -30,11 +30,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..core.db import Database
 from ..core.djbeat import DjangoBeatTables, TaskRow
-from ..core.errors import DelayqError, InvalidInput
+from ..core.errors import DelayqError, InvalidInput, PermissionDenied, SchemaMissing
 from ..core.queue import DelayedQueue
 from ..core.timeutil import to_ms
 from .carried import Carried, Refused, interval_anchor, json_value
-from .schedules import Clocked, Crontab, Interval, Schedule, Solar
+from .listing import SourceFields
+from .schedules import Clocked, Crontab, Interval, Schedule, Solar, describe, schedule_to_json
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,30 @@ class DjangoBeatSource:
                 if entry.enabled:
                     self._entries[row.name] = replace(entry, notes=())
         return dict(self._entries)
+
+
+def listing_fields(db: Database, queue_table: str = "delayed_queue", *,
+                   schema: str | None = None) -> dict[str, SourceFields]:
+    """django-celery-beat's tasks in this database, as ``delayq beat list`` shows the entries a
+    beat in admin mode installed from them (origin, the admin's enabled flag, task, schedule);
+    empty when its tables are not there, or this role may not read them (then the listing
+    shows what the ledger alone knows)."""
+    tables = DjangoBeatTables(db, queue_table, schema=schema)
+    try:
+        rows = (tables.read(force=True).rows or []) if tables.present() else []
+    except (SchemaMissing, PermissionDenied):
+        return {}
+    out: dict[str, SourceFields] = {}
+    for row in rows:
+        try:
+            entry = carried(row, live=True)
+        except Refused as exc:
+            out[row.name] = SourceFields(SOURCE, row.enabled, row.task,
+                                         f"refused: {exc.reason}")
+            continue
+        schedule = describe({"schedule": schedule_to_json(entry.schedule)})
+        out[row.name] = SourceFields(SOURCE, entry.enabled, entry.task, schedule)
+    return out
 
 
 def record_runs(queue: DelayedQueue, delivered: Sequence[tuple[str, object]]) -> int:

@@ -7,7 +7,8 @@ so ``delayq beat list`` shows their entries too (Dramatiq's periodic actors).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from ..core.cron import CronService
 from ..core.queue import DelayedQueue
@@ -27,7 +28,9 @@ def register_ledger(namespace: str, title: str) -> None:
 @dataclass(frozen=True)
 class ListedEntry:
     name: str
-    origin: str  # "db" (stored with ``delayq beat add``) or "config" (a scheduler's own)
+    #: "db" (stored with ``delayq beat add``), "config" (a scheduler's own), or the store a
+    #: scheduler reads (``django-celery-beat`` in admin mode, from ``sources``).
+    origin: str
     enabled: bool
     task: str
     schedule: str
@@ -36,8 +39,25 @@ class ListedEntry:
     upcoming: list[StoredMessage]
 
 
-def list_entries(queue: DelayedQueue, store: EntryStore, shown: int) -> list[ListedEntry]:
-    """Every entry of ``store``, sorted by name, with up to ``shown`` installed occurrences."""
+@dataclass(frozen=True)
+class SourceFields:
+    """An entry as the store a scheduler reads it from describes it (django-celery-beat's
+    tables in admin mode): the ledger records only what was installed, not the definition."""
+
+    origin: str
+    enabled: bool
+    task: str
+    schedule: str
+
+
+def list_entries(queue: DelayedQueue, store: EntryStore, shown: int,
+                 sources: Mapping[str, SourceFields] | None = None) -> list[ListedEntry]:
+    """Every entry of ``store``, sorted by name, with up to ``shown`` installed occurrences.
+
+    ``sources``: a scheduler's entries that are not DB-backed (origin ``config``) take their
+    origin and fields from there when their name is found (see
+    :func:`.djbeat.listing_fields`)."""
+    sources = sources or {}
     stored = {e.name: e for e in store.entries()}
     installed = {i.name: i for i in store.installed()}
     out = []
@@ -48,8 +68,13 @@ def list_entries(queue: DelayedQueue, store: EntryStore, shown: int) -> list[Lis
         if inst is not None:
             upcoming = CronService(queue.with_kind(inst.kind)).installed(
                 key_prefix(name), shown, config_hash=inst.config_hash)
-        out.append(ListedEntry(
+        entry = ListedEntry(
             name, "db" if row and row.definition else "config", not (row and not row.enabled),
             str(definition.get("task") or ""), describe(definition),
-            inst.config_hash if inst else None, inst.kind if inst else None, upcoming))
+            inst.config_hash if inst else None, inst.kind if inst else None, upcoming)
+        source = sources.get(name) if entry.origin == "config" else None
+        if source is not None:
+            entry = replace(entry, origin=source.origin, task=source.task,
+                            schedule=source.schedule, enabled=entry.enabled and source.enabled)
+        out.append(entry)
     return out

@@ -15,6 +15,7 @@ import click
 from rich.table import Table
 
 from ..cli import Context, console, register
+from ..cli.output import emit, json_option
 
 if TYPE_CHECKING:
     from .read import QueueReport
@@ -65,15 +66,30 @@ def render(report: QueueReport, table_name: str) -> list[Table]:
     ]
 
 
+def document(report: QueueReport, table_name: str) -> dict[str, Any]:
+    """What ``--json`` prints: the three reports' rows, instants in ISO-8601 UTC."""
+
+    def row(r: Any) -> dict[str, Any]:
+        return {k: v.astimezone(UTC).isoformat() if isinstance(v, datetime) else v
+                for k, v in r.asDict().items()}
+
+    return {"table": table_name, "rows": report.rows,
+            "backlog": [row(r) for r in report.backlog],
+            "overdue": [row(r) for r in report.overdue],
+            "redeliveries": [row(r) for r in report.redeliveries]}
+
+
 @click.command("spark-report")
 @click.option("--master", default="local[2]", show_default=True,
               help="Spark master, used when no session is active in this process")
 @click.option("--partitions", default=4, show_default=True, type=click.IntRange(1, 1024),
               help="Parallel range reads of the table")
+@json_option
 @click.pass_obj
-def spark_report_cmd(obj: Context, master: str, partitions: int) -> None:
+def spark_report_cmd(obj: Context, master: str, partitions: int, as_json: bool) -> None:
     """Backlog per queue and due hour, overdue rows and redeliveries, computed with Spark."""
     spark_mod = _spark_module()
+    obj.require_schema()  # a missing table is one clear line, not a JDBC error from Spark
     from pyspark.sql import SparkSession
 
     url = obj.require_url()
@@ -85,6 +101,9 @@ def spark_report_cmd(obj: Context, master: str, partitions: int) -> None:
     finally:
         if active is None:  # never stop a session the caller owns
             session.stop()
+    if as_json:
+        emit(document(report, obj.table))
+        return
     for table in render(report, obj.table):
         console.print(table)
 

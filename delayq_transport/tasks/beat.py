@@ -9,6 +9,7 @@ from typing import Any
 from ..core.errors import InvalidInput, SchemaMissing
 from ..core.queue import DelayedQueue
 from ..formats.celery import queue_of_kind
+from ..scheduling.djbeat import listing_fields
 from ..scheduling.listing import list_entries
 from ..scheduling.store import EntryStore
 from .service import iso
@@ -23,7 +24,8 @@ def _store(queue: DelayedQueue) -> EntryStore:
 def beat_entries(queue: DelayedQueue, shown: int = NEXT_SHOWN) -> list[dict[str, Any]]:
     """Every entry (DB-backed or installed by a running beat) and its next occurrences."""
     try:
-        listed = list_entries(queue, _store(queue), shown)
+        listed = list_entries(queue, _store(queue), shown,
+                              sources=listing_fields(queue.db, queue.table))
     except SchemaMissing:  # no beat ever migrated this database: no entries
         return []
     return [{

@@ -404,11 +404,45 @@ def cli_page() -> str:
         "the click command tree of `delayq`", "The `delayq` command",
         """
 Every command takes the global options of `delayq` before its name:
-`delayq -d postgresql://user@host/db tasks list`. Exit status 1 with one line on stderr for
-a delayq error (bad input, database unreachable, permission denied).
+`delayq -d postgresql://user@host/db tasks list`. How a command fails, and which commands may
+create the schema: [the end of this page](#errors-and-exit-codes).
 """,
         *sections,
+        *cli_contract_sections(),
     )
+
+
+def cli_contract_sections() -> list[str]:
+    """What every command shares, from the code that does it: errors and exit statuses
+    (``delayq_transport.cli.errors``), output off a terminal (``.cli.output``), and who may
+    create the schema (``.cli.main.SCHEMA_WRITERS``)."""
+    from delayq_transport.cli.errors import EXIT_CODES
+    from delayq_transport.cli.main import SCHEMA_WRITERS
+
+    errors = "\n\n".join([
+        "## Errors and exit codes",
+        "An error is one line on stderr, `error: <what went wrong>` (a database's message "
+        "included, its lines joined with `; `); stdout carries only what the command prints, "
+        "so `--json` output stays parseable. The exit status tells what kind of failure it "
+        "was:",
+        table(("status", "meaning"), ((code(str(n)), text) for n, text in EXIT_CODES.items())),
+    ])
+    output = "\n\n".join([
+        "## Output in a log",
+        "On a terminal, tables fit the window. When stdout is not a terminal (CI, a deploy "
+        "log, `> file`, a pipe; colours forced by `FORCE_COLOR` or not), tables are printed "
+        "at full width with one line per row: no "
+        "cell is folded, wrapped or cut, and a cell of several lines is joined with `; `, so "
+        "a task id or an entry's note can be grepped. Every command that lists takes `--json` "
+        "(`tests/unit/test_cli_tree.py` fails for one that does not).",
+    ])
+    schema = "\n\n".join([
+        "## Who creates the schema",
+        "The one place this is stated. Commands that only read never run DDL: on a database "
+        "without delayq's tables they say so and exit 3, and create nothing.",
+        table(("what", "creates or upgrades the schema"), SCHEMA_WRITERS.items()),
+    ])
+    return [errors, output, schema]
 
 
 def metrics_page() -> str:

@@ -47,6 +47,12 @@ def test_delayq_demo_runs_to_completion_and_touches_nothing_it_did_not_create(da
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _snapshot(database_url) == before  # same ids, keys, payloads, times, no lease
     assert "6/6 tasks done" in proc.stdout
+    # Not a terminal: the table once, its bottom border a line of its own, then the summary.
+    lines = proc.stdout.splitlines()
+    border = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    assert lines[border].endswith("┘") and lines[border + 1].startswith("6/6 tasks done"), \
+        proc.stdout
+    assert sum(line.startswith("┏") for line in lines) == 1, proc.stdout
     found = re.search(r"each started (\d+)-(\d+) ms after it was due",
                       " ".join(proc.stdout.split()))
     assert found, proc.stdout

@@ -123,3 +123,40 @@ def test_runs_written_back_once_and_one_off_disabled(beats: tuple[Scheduler, Sch
     report = a.refresh()  # the mark moved (the one-off): re-read
     assert report.replaced == [] and set(report.uninstalled) == {"once"}
     assert b.refresh().replaced == []  # pulse's anchor did not move with its last run
+
+
+def test_beat_list_shows_the_admins_entries_with_their_fields(app: Celery,
+                                                              database_url: str) -> None:
+    """What a beat in admin mode installed is listed as django-celery-beat's, with the task and
+    schedule of its row (the ledger keeps neither), and beat_schedule's entries stay config."""
+    from click.testing import CliRunner
+
+    from delayq_transport.cli import main
+    from delayq_transport.tasks.beat import beat_entries
+
+    app.conf.beat_schedule = {"local": {"task": "shop.local", "schedule": 60.0}}
+    PeriodicTask.objects.create(name="pulse", task="shop.tick", args="[1]", **every(10))
+    beat = Scheduler(app)
+    try:
+        beat.refresh()
+    finally:
+        beat.close()
+    out = CliRunner().invoke(main, ["-d", database_url, "beat", "list", "--json"])
+    assert out.exit_code == 0, out.output
+    listed = {e["name"]: e for e in json.loads(out.stdout)["entries"]}
+    assert (listed["pulse"]["origin"], listed["pulse"]["task"],
+            listed["pulse"]["schedule"]) == ("django-celery-beat", "shop.tick", "every 10.0s")
+    assert listed["pulse"]["enabled"] and listed["pulse"]["upcoming"]
+    assert (listed["local"]["origin"], listed["local"]["task"]) == ("config", None)
+    table = CliRunner().invoke(main, ["-d", database_url, "beat", "list"])
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.stdout.splitlines() if line.startswith("│ pulse "))
+    assert "django-celery-beat" in row and "shop.tick every 10.0s" in row, table.stdout
+
+    with DelayedQueue(database_url) as queue:  # the web page lists them alike
+        page = {e["name"]: e for e in beat_entries(queue)}
+    assert (page["pulse"]["origin"], page["pulse"]["task"]) == ("django-celery-beat", "shop.tick")
+
+    PeriodicTask.objects.filter(name="pulse").update(enabled=False)  # before the next refresh
+    out = CliRunner().invoke(main, ["-d", database_url, "beat", "list", "--json"])
+    assert not {e["name"]: e for e in json.loads(out.stdout)["entries"]}["pulse"]["enabled"]

@@ -229,9 +229,13 @@ def test_disable_source_and_undo_change_exactly_their_entries(
 def test_dry_run_prints_the_plan_and_writes_nothing(dj: str, database_url: str) -> None:
     make("pulse", datetime.now(UTC), interval=IntervalSchedule(every=10, period="seconds"))
     done = CliRunner().invoke(main, ["-d", database_url, "beat", "import", "--from",
-                                     "django-celery-beat", "--dry-run", "--disable-source"])
+                                     "django-celery-beat", "--dry-run", "--disable-source"],
+                              env={"COLUMNS": "80"})
     assert done.exit_code == 0, done.output
     assert "pulse" in done.output and "create" in done.output
+    # Not a terminal (CI, a deploy log): the row is one line, its note not cut at 80 columns.
+    row = next(line for line in done.stdout.splitlines() if line.startswith("│ pulse "))
+    assert "disabled in django-celery-beat" in row, done.stdout
     assert "dry run: 1 create; to disable in django-celery-beat: pulse" in " ".join(
         done.output.split())
     assert PeriodicTask.objects.get(name="pulse").enabled

@@ -202,7 +202,7 @@ def test_missing_migration_is_named_for_a_dml_only_role(urls: dict[str, str],
     assert "missing migration(s) 3 (exchange bindings" in message
     assert "delayq migrate" in message
     result = CliRunner().invoke(main, ["-d", urls["worker"], "status"])
-    assert result.exit_code == 1 and "delayq migrate" in result.output
+    assert result.exit_code == 3 and "lack migration(s) 3: run `delayq migrate`" in result.stderr
     with Database(database_url) as db:  # the admin step; idempotent DDL
         assert migrate(db, "delayed_queue") == [3]
     DelayedQueue(urls["worker"]).close()

@@ -166,4 +166,27 @@ MUTATIONS: list[Mutation] = [
         ["tests/integration/test_django_refusal.py::"
          "test_an_atomic_block_on_another_database_is_refused_naming_the_setting"],
         "the wrong-database refusal in Django no longer names DELAYQ_DATABASE"),
+    Mutation(
+        "cli-read-creates-schema", "42.4", "delayq_transport/cli/main.py",
+        "            require_schema(db, self.table)\n"
+        "            queue = DelayedQueue(db, table=self.table, ensure_schema=False)",
+        "            queue = DelayedQueue(db, table=self.table)",
+        ["tests/integration/test_cli_read_only.py::"
+         "test_a_read_only_command_on_a_database_without_the_tables_creates_nothing"],
+        "`delayq status` (and every command that reads) creates delayq's tables in a database "
+        "that had none"),
+    Mutation(
+        "cli-log-at-terminal-width", "42.4", "delayq_transport/cli/output.py",
+        "        return size if self.on_terminal else ConsoleDimensions(LOG_WIDTH, size.height)",
+        "        return size",
+        ["tests/integration/test_cli_read_only.py::"
+         "test_tables_off_a_terminal_keep_one_line_per_row"],
+        "`delayq tasks list > file` folds a long task id and task name over several lines"),
+    Mutation(
+        "cli-error-on-stdout", "42.2", "delayq_transport/cli/errors.py",
+        "{one_line(message)}\", err=True)",
+        "{message}\")",
+        ["tests/unit/test_cli_errors.py::"
+         "test_an_unreachable_database_is_one_line_on_stderr_with_status_4"],
+        "a database error goes to stdout, over several lines"),
 ]

@@ -182,7 +182,7 @@ def test_rabbitmq(rabbit: None, move_env: dict[str, str], database_url: str,
                message="the worker to take every message")
 
     live = run_move(move_env, AMQP_URL, "-Q", DEFAULT, "-Q", REPORTS, "--json")
-    assert live.returncode == 1 and f"queue {DEFAULT!r} has 1 consumer" in live.stdout
+    assert live.returncode == 1 and f"queue {DEFAULT!r} has 1 consumer" in live.stderr
 
     old.kill(signal.SIGKILL)
     wait_until(lambda: amqp_counts() == {DEFAULT: (4, 0), REPORTS: (1, 0)},
@@ -247,19 +247,17 @@ def test_one_move_at_a_time_and_unknown_queues(redis_db: redis.Redis, rabbit: No
     try:
         result = run_move(move_env, REDIS_URL, "-Q", DEFAULT)
         assert result.returncode == 1
-        assert "another delayq move-from is running on this database" in result.stdout
+        assert "another delayq move-from is running on this database" in result.stderr
     finally:
         first.close()
     first_amqp = AmqpSource(AMQP_URL, AMQP_URL)
     try:
         result = run_move(move_env, AMQP_URL, "-Q", DEFAULT)
         assert result.returncode == 1
-        assert "another delayq move-from is running on virtual host '/'" in " ".join(
-            result.stdout.split())
+        assert "another delayq move-from is running on virtual host '/'" in result.stderr
     finally:
         first_amqp.close()
     result = run_move(move_env, AMQP_URL, "-Q", "dqmove.nope")
     assert result.returncode == 1
-    assert "queue 'dqmove.nope' does not exist on virtual host '/'" in " ".join(
-        result.stdout.split())
+    assert "queue 'dqmove.nope' does not exist on virtual host '/'" in result.stderr
     assert redis_db.lrange(DEFAULT, 0, -1) == [b"left alone"]
