@@ -161,6 +161,16 @@ class Inspector:
             return []
         return [r[0] for r in self.db.fetchall(self.q["inspect_cancel"], {"ids": ids})]
 
+    def cancel_unchanged(self, ids: Sequence[int], ats: Sequence[int],
+                         created: Sequence[int]) -> list[int]:
+        """Delete the waiting rows among ``ids`` that still have the ETA (``ats``) and creation
+        time they had when a filter matched them; returns the ids deleted."""
+        if not ids:
+            return []
+        params = {"ids": [int(i) for i in ids], "ats": [int(a) for a in ats],
+                  "created": [int(c) for c in created]}
+        return [r[0] for r in self.db.fetchall(self.q["inspect_cancel_unchanged"], params)]
+
     def reschedule(self, row: TaskRow, at_ms: int, payload: bytes) -> bool:
         """Move ``row`` (as read) to ``at_ms`` with ``payload``; False if a consumer took it or
         it was replaced since it was read."""

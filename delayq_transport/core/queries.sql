@@ -1298,6 +1298,16 @@ LIMIT 1000
 DELETE FROM {table} WHERE "id" = ANY(%(ids)s::bigint[]) AND "lockUuid" IS NULL
 RETURNING "id"
 
+-- inspect_cancel_unchanged --
+-- inspect_cancel for the rows a filter matched (bulk actions): each row is deleted only if no
+-- consumer holds it and it is still as it was when it matched (same ETA, not replaced), so a
+-- row that moved out of the selection or was replaced since stays. Primary-key lookups.
+DELETE FROM {table} AS t
+USING unnest(%(ids)s::bigint[], %(ats)s::bigint[], %(created)s::bigint[]) AS v(id, at, created)
+WHERE t."id" = v.id AND t."lockUuid" IS NULL
+  AND t."scheduledAt" = v.at AND t."createdAt" = v.created
+RETURNING t."id"
+
 -- inspect_reschedule --
 -- Move one waiting row (and give it the payload that carries the new ETA), only if no consumer
 -- holds it and nobody replaced it since it was read (a retry republishing the same task id).
