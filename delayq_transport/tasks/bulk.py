@@ -165,16 +165,19 @@ def target_ids(svc: TaskService, f: TaskFilter, cap: int = MAX_TARGETS,
 
 
 def _windows(svc: TaskService, f: TaskFilter) -> Iterator[TaskRow]:
-    """Rows of an index-answered filter (queue, ETA range), keyset windows without payloads."""
+    """Rows of an index-answered filter (queue, ETA range), keyset windows without payloads,
+    one kind after the other: an action needs no order across kinds, and a window over
+    several kinds reads up to a window's worth of each to return one window."""
     lo, hi = f.bounds_ms(svc.inspector.now_ms())
     lo, hi = MIN_MS if lo is None else lo, MAX_MS if hi is None else hi
-    kinds, after = svc.kinds(f.queue), (MIN_MS, MIN_MS)
-    while True:
-        rows = svc.inspector.window(kinds, after=after, lo=lo, hi=hi, budget=_WINDOW)
-        yield from rows
-        if len(rows) < _WINDOW:
-            return
-        after = (rows[-1].scheduled_at_ms, rows[-1].id)
+    for kind in svc.kinds(f.queue):
+        after = (MIN_MS, MIN_MS)
+        while True:
+            rows = svc.inspector.window([kind], after=after, lo=lo, hi=hi, budget=_WINDOW)
+            yield from rows
+            if len(rows) < _WINDOW:
+                break
+            after = (rows[-1].scheduled_at_ms, rows[-1].id)
 
 
 def preview(svc: TaskService, f: TaskFilter | None = None,

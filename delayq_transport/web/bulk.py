@@ -88,7 +88,7 @@ def _run(st: State, fields: dict[str, str], ids: list[int],
 
         targets = bulk.target_ids(st.service, f or TaskFilter(), progress=collected)
     if job is not None:
-        job.collected, job.state = len(targets), "applying"
+        job.applying(len(targets))
 
     def progress(result: bulk.BulkResult) -> None:
         if job is not None:

@@ -56,7 +56,12 @@ class BulkJob:
     result: BulkResult | None = None
     error: str | None = None
     started_at: float = field(default_factory=time.time)
+    #: When the targets were collected and the writes began.
+    applying_at: float | None = None
     finished_at: float | None = None
+
+    def applying(self, collected: int) -> None:
+        self.collected, self.applying_at, self.state = collected, time.time(), "applying"
 
     @property
     def finished(self) -> bool:
@@ -79,7 +84,8 @@ class BulkJob:
             (min(99, processed * 100 // total) if total else 0),
             "result": result.as_dict() if result is not None else None,
             "error": self.error, "detail": detail,
-            "started_at": self.started_at, "finished_at": self.finished_at,
+            "started_at": self.started_at, "applying_at": self.applying_at,
+            "finished_at": self.finished_at,
             "status_url": f"/api/tasks/bulk/jobs/{self.id}",
             "page_url": f"/tasks/bulk/jobs/{self.id}",
         }
