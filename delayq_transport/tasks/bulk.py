@@ -92,11 +92,12 @@ class Targets:
     def matches(cls) -> Targets:
         return cls(array("q"), array("q"), array("q"))
 
-    def add(self, row: TaskRow) -> None:
-        self.ids.append(row.id)
+    def add(self, row: tuple[int, int, int]) -> None:
+        """One match: (id, ETA ms, creation time ms)."""
+        self.ids.append(row[0])
         if self.at is not None and self.created is not None:
-            self.at.append(row.scheduled_at_ms)
-            self.created.append(row.created_at_ms)
+            self.at.append(row[1])
+            self.created.append(row[2])
 
     def part(self, start: int, stop: int) -> Targets:
         if self.at is None or self.created is None:
@@ -154,7 +155,8 @@ def target_ids(svc: TaskService, f: TaskFilter, cap: int = MAX_TARGETS,
     """Every row matching ``f`` (held ones included: they are reported, not touched), as it
     was when it matched; ``progress`` hears the count every few thousand rows."""
     out = Targets.matches()
-    rows = (view.row for view in svc.iter_matching(f)) if f.narrows else _windows(svc, f)
+    rows = ((v.row.id, v.row.scheduled_at_ms, v.row.created_at_ms)
+            for v in svc.iter_matching(f)) if f.narrows else _windows(svc, f)
     for row in rows:
         out.add(row)
         if len(out) > cap:
@@ -164,20 +166,19 @@ def target_ids(svc: TaskService, f: TaskFilter, cap: int = MAX_TARGETS,
     return out
 
 
-def _windows(svc: TaskService, f: TaskFilter) -> Iterator[TaskRow]:
-    """Rows of an index-answered filter (queue, ETA range), keyset windows without payloads,
-    one kind after the other: an action needs no order across kinds, and a window over
-    several kinds reads up to a window's worth of each to return one window."""
+def _windows(svc: TaskService, f: TaskFilter) -> Iterator[tuple[int, int, int]]:
+    """(id, ETA, creation time) of the rows of an index-answered filter (queue, ETA range),
+    in keyset windows, one kind after the other: an action needs no order across kinds."""
     lo, hi = f.bounds_ms(svc.inspector.now_ms())
     lo, hi = MIN_MS if lo is None else lo, MAX_MS if hi is None else hi
     for kind in svc.kinds(f.queue):
         after = (MIN_MS, MIN_MS)
         while True:
-            rows = svc.inspector.window([kind], after=after, lo=lo, hi=hi, budget=_WINDOW)
+            rows = svc.inspector.match_window(kind, after=after, lo=lo, hi=hi, budget=_WINDOW)
             yield from rows
             if len(rows) < _WINDOW:
                 break
-            after = (rows[-1].scheduled_at_ms, rows[-1].id)
+            after = (rows[-1][1], rows[-1][0])
 
 
 def preview(svc: TaskService, f: TaskFilter | None = None,

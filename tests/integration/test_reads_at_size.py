@@ -350,7 +350,7 @@ def test_a_bulk_action_writes_through_the_primary_key(watched: tuple[DelayedQueu
     assert len(targets) > 100 and result.done == len(targets), result
     plans = watch.take()
     write = "inspect_cancel_unchanged" if action == "cancel" else "inspect_reschedule_many"
-    assert {"inspect_window", write} <= {name for name, _ in plans}
+    assert {"inspect_match_window", write} <= {name for name, _ in plans}
     assert_bounded(plans, f"bulk {action}")
 
 
