@@ -102,6 +102,7 @@ def test_bulk_api_and_page(dq: DelayedQueue) -> None:
 
 def test_bulk_batches_and_cli_share_the_code(dq: DelayedQueue, monkeypatch) -> None:
     monkeypatch.setattr(bulk, "BATCH", 5)  # 12 rows: three statements per action
+    monkeypatch.setattr(bulk, "MOVE_BATCH", 5)
     svc = TaskService(dq)
     ids = bulk.target_ids(svc, TaskFilter())
     result = bulk.apply(svc, "reschedule", ids, shift_ms=-60_000)
