@@ -7,12 +7,12 @@ alone and counted as in flight; a row that ran or changed meanwhile is counted a
 moved row's message gets the new ``eta`` header (:func:`.decoders.with_eta`). Every statement
 touches at most :data:`BATCH` rows (a cancel) or :data:`MOVE_BATCH` (a move), each its own
 short transaction, so a million matches never make one giant transaction nor hold locks for
-long. The targets are collected before anything
-changes: a row rescheduled later in the ETA order is not met (and shifted) twice. A filter's
-matches are collected with the ETA and creation time each had when it matched, and a row that
-moved or was replaced since (a worker took and released it, a retry replaced it, someone
-rescheduled it) is no longer what was selected: it is left alone and counted as changed. The
-web page runs large selections in the background (``web/jobs.py``), where that gap lasts.
+long. The targets are collected before anything changes: a row rescheduled later in the ETA
+order is not met (and shifted) twice. A filter's matches are collected with the ETA and
+creation time each had when it matched, and a row that moved or was replaced since (a worker
+took and released it, a retry replaced it, someone rescheduled it) is no longer what was
+selected: it is left alone and counted as changed. The web page runs large selections in the
+background (``web/jobs.py``), where that gap lasts.
 """
 
 from __future__ import annotations
