@@ -12,6 +12,12 @@ background load hits all endpoints alike; the table reports the median and the w
 
     flock /tmp/delayq-bench.lock python bench/bench_web.py --rows 5000000
     python bench/bench_web.py --rows 50000 --rounds 2 --no-search --no-update-docs  # smoke
+
+``--only-bulk`` measures the bulk actions alone, on the nothing-due dataset (where a 10-minute
+bar holds ~35,000 rows at 5M): each runs in the background (``web/jobs.py``), so the results
+have the POST, every status poll, the reads (overview, task list) made while the job runs and
+after it ended, and the job's own collection and write times per row
+(bench/results/web_bulk.json; no docs section).
 """
 
 from __future__ import annotations
@@ -274,8 +280,13 @@ def run_rounds(base: str, eps: list[tuple[str, str, str]], info: dict[str, Any],
 @click.option("--publishes", default=500, show_default=True,
               help="Publishes timed without and with the search index")
 @click.option("--update-docs/--no-update-docs", default=True)
+@click.option("--only-bulk", is_flag=True,
+              help="Measure only the bulk actions (background jobs), on the nothing-due dataset")
 def main(admin_url: str, rows: int, rounds: int, datasets: str, search: bool,
-         search_cap: float, publishes: int, update_docs: bool) -> None:
+         search_cap: float, publishes: int, update_docs: bool, only_bulk: bool) -> None:
+    if only_bulk:
+        bulk_main(admin_url, rows)
+        return
     chosen = [d.strip() for d in datasets.split(",") if d.strip()]
     unknown = set(chosen) - set(DATASETS)
     if unknown:
@@ -334,6 +345,97 @@ def measure(url: str, info: dict[str, Any], rounds: int, search: bool, search_ca
         server.terminate()
         server.wait(timeout=30)
     return timings, searched
+
+
+#: Bulk actions measured by ``--only-bulk``: (name, action, extra fields, where the bar starts
+#: after the dataset's bulk offset, its length). Disjoint ranges; the reschedule moves its rows
+#: a day on, past every other range.
+BULK_CASES = [
+    ("cancel: all of a 10-min bar", "cancel", {}, 0, 600_000),
+    ("reschedule +1d: all of a 10-min bar", "reschedule", {"shift": "+1d"}, 1_200_000, 600_000),
+    ("cancel: all of a 2-h bar", "cancel", {}, 2_400_000, 7_200_000),
+]
+#: Status polls between two timed reads of the overview and the task list during a job.
+READ_EVERY = 5
+
+
+def bulk_main(admin_url: str, rows: int) -> None:
+    load_before = os.getloadavg()
+    with fresh_database(admin_url, prefix="delayq_bench42_bulk") as url:
+        machine = machine_info(url)
+        info = build(url, rows, "nothing due")
+        print(f"nothing due: built {rows:,} rows ({info['size']}) in {info['build_s']:.0f} s")
+        port = free_port()
+        server = start_server(url, port)
+        try:
+            cases = bulk_cases(f"http://127.0.0.1:{port}", info)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    for name, c in cases.items():
+        print(f"{name:40s} rows {c['rows']:>8,}  POST {c['post_ms']:6.1f} ms  status max "
+              f"{max(c['status_ms']):6.1f} ms  reads max {max(c['reads_ms'] or [0]):6.1f} ms "
+              f"(after {max(c['reads_after_ms']):6.1f})  "
+              f"collect {c['collect_s']:6.2f} s  write {c['write_s']:6.2f} s = "
+              f"{c['write_us_per_row']:5.1f} us/row (all {c['total_us_per_row']:5.1f})")
+    data = {"command": command_line(), "revision": git_revision(), "machine": machine,
+            "rows": rows, "dataset": "nothing due", "table_size": info["size"],
+            "cases": cases, "load_before": load_before, "load_after": os.getloadavg()}
+    write_results("web_bulk", data)
+
+
+def bulk_cases(base: str, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each bulk action once: the POST, every status poll until the job ends, the reads made
+    meanwhile, and the job's collection and write times as the server recorded them."""
+    out: dict[str, dict[str, Any]] = {}
+    with httpx.Client(base_url=base, timeout=30) as client:
+        headers = {"X-CSRF-Token": client.get("/api/csrf").json()["csrf_token"]}
+        for name, action, extra, offset, length in BULK_CASES:
+            lo = info["now"] + info["bulk_ahead_ms"] + offset
+            body = {"action": action, "all": True, "eta_after": _iso(lo),
+                    "eta_before": _iso(lo + length), **extra}
+            start = time.perf_counter()
+            response = client.post("/api/tasks/bulk", headers=headers, json=body)
+            post_ms = (time.perf_counter() - start) * 1000
+            if response.status_code != 202:
+                raise RuntimeError(f"{name}: {response.status_code} {response.text[:200]}")
+            status_url = response.json()["status_url"]
+            status_ms: list[float] = []
+            reads_ms: list[float] = []
+            deadline = time.monotonic() + 1800
+            while True:
+                start = time.perf_counter()
+                job = client.get(status_url).json()
+                status_ms.append((time.perf_counter() - start) * 1000)
+                if job["finished"]:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name}: not finished after 30 min: {job}")
+                if len(status_ms) % READ_EVERY == 0:
+                    for path in ("/", "/tasks"):
+                        start = time.perf_counter()
+                        client.get(path).raise_for_status()
+                        reads_ms.append((time.perf_counter() - start) * 1000)
+                time.sleep(0.1)
+            if job["state"] != "done":
+                raise RuntimeError(f"{name}: {job}")
+            after_ms: list[float] = []  # the same reads once the job ended
+            for _ in range(READ_EVERY):
+                for path in ("/", "/tasks"):
+                    start = time.perf_counter()
+                    client.get(path).raise_for_status()
+                    after_ms.append((time.perf_counter() - start) * 1000)
+            result = job["result"]
+            write_s = job["finished_at"] - job["applying_at"]
+            total_s = job["finished_at"] - job["started_at"]
+            out[name] = {
+                "action": action, "rows": result["matched"], "done": result["done"],
+                "in_flight": result["in_flight"], "gone": result["gone"], "post_ms": post_ms,
+                "status_ms": status_ms, "reads_ms": reads_ms, "reads_after_ms": after_ms,
+                "collect_s": job["applying_at"] - job["started_at"], "write_s": write_s,
+                "write_us_per_row": write_s / max(result["matched"], 1) * 1e6,
+                "total_us_per_row": total_s / max(result["matched"], 1) * 1e6}
+    return out
 
 
 def section(data: dict[str, Any]) -> str:

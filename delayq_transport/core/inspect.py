@@ -125,6 +125,18 @@ class Inspector:
                   "now": self._now()}
         return [TaskRow.from_row(r) for r in bounded_read(self.queue, "inspect_window", params)]
 
+    def match_window(self, kind: str, *, after: tuple[int, int] = (MIN_MS, MIN_MS),
+                     lo: int = MIN_MS, hi: int = MAX_MS, budget: int = 100
+                     ) -> list[tuple[int, int, int]]:
+        """(id, scheduledAt, createdAt) of the next ``budget`` rows of one kind after the
+        keyset cursor, with lo <= scheduledAt < hi: what a bulk action collects."""
+        if not 1 <= budget <= MAX_WINDOW:
+            raise InvalidInput(f"window budget must be 1..{MAX_WINDOW}, got {budget}")
+        params = {"kind": validate_kind(kind), "after_at": int(after[0]),
+                  "after_id": int(after[1]), "lo": int(lo), "hi": int(hi), "budget": budget}
+        return [(int(r[0]), int(r[1]), int(r[2]))
+                for r in bounded_read(self.queue, "inspect_match_window", params)]
+
     def held(self, kinds: Sequence[str], *, after: tuple[int, int] = (MIN_MS, MIN_MS),
              budget: int = 100) -> list[TaskRow]:
         """Rows a consumer acquired (live or lapsed lease) after the cursor, in (scheduledAt, id)
@@ -160,6 +172,16 @@ class Inspector:
         if not ids:
             return []
         return [r[0] for r in self.db.fetchall(self.q["inspect_cancel"], {"ids": ids})]
+
+    def cancel_unchanged(self, ids: Sequence[int], ats: Sequence[int],
+                         created: Sequence[int]) -> list[int]:
+        """Delete the waiting rows among ``ids`` that still have the ETA (``ats``) and creation
+        time they had when a filter matched them; returns the ids deleted."""
+        if not ids:
+            return []
+        params = {"ids": [int(i) for i in ids], "ats": [int(a) for a in ats],
+                  "created": [int(c) for c in created]}
+        return [r[0] for r in self.db.fetchall(self.q["inspect_cancel_unchanged"], params)]
 
     def reschedule(self, row: TaskRow, at_ms: int, payload: bytes) -> bool:
         """Move ``row`` (as read) to ``at_ms`` with ``payload``; False if a consumer took it or

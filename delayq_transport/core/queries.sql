@@ -1299,6 +1299,18 @@ SELECT t."id", t."pKey", t."pKind", CASE WHEN %(with_payload)s THEN t."payload" 
 FROM w JOIN {table} AS t ON t."id" = w.id CROSS JOIN n
 ORDER BY w.at, w.id
 
+-- inspect_match_window --
+-- What a bulk action collects from one kind: the next `budget` rows of an ETA range after the
+-- keyset cursor (scheduledAt, id), with the ETA and creation time each has now (the action
+-- later changes a row only if both are still the same). One walk of the (pKind, scheduledAt)
+-- index and one heap fetch per row; inspect_window also joins each row back by id.
+SELECT "id", "scheduledAt", "createdAt" FROM {table}
+WHERE "pKind" = %(kind)s AND "scheduledAt" >= %(after_at)s::bigint
+  AND ("scheduledAt", "id") > (%(after_at)s::bigint, %(after_id)s::bigint)
+  AND "scheduledAt" >= %(lo)s::bigint AND "scheduledAt" < %(hi)s::bigint
+ORDER BY "scheduledAt", "id"
+LIMIT %(budget)s
+
 -- inspect_held --
 -- Rows a consumer acquired (lockUuid set), after the keyset cursor: found through the lockUuid
 -- index, so listing what is in flight never walks the scheduled rows. Few by nature (workers'
@@ -1342,6 +1354,16 @@ LIMIT 1000
 -- reports them as in flight.
 DELETE FROM {table} WHERE "id" = ANY(%(ids)s::bigint[]) AND "lockUuid" IS NULL
 RETURNING "id"
+
+-- inspect_cancel_unchanged --
+-- inspect_cancel for the rows a filter matched (bulk actions): each row is deleted only if no
+-- consumer holds it and it is still as it was when it matched (same ETA, not replaced), so a
+-- row that moved out of the selection or was replaced since stays. Primary-key lookups.
+DELETE FROM {table} AS t
+USING unnest(%(ids)s::bigint[], %(ats)s::bigint[], %(created)s::bigint[]) AS v(id, at, created)
+WHERE t."id" = v.id AND t."lockUuid" IS NULL
+  AND t."scheduledAt" = v.at AND t."createdAt" = v.created
+RETURNING t."id"
 
 -- inspect_reschedule --
 -- Move one waiting row (and give it the payload that carries the new ETA), only if no consumer

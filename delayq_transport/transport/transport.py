@@ -175,6 +175,9 @@ class Transport(virtual.Transport):
         self.maintenance.sleep(timeout)
 
     def consuming_started(self, channel: ChannelPort) -> None:
+        from . import control  # a consumer (a worker): `celery inspect scheduled` reads the table
+
+        control.register()
         channel.poll_wanted = True
         self.wakeups.ensure()
         self.maintenance.ensure()

@@ -23,6 +23,7 @@ from ..core.queue import DelayedQueue
 from ..tasks import TaskInFlight, TaskNotFound, TaskService
 from ..tasks.deadletters import DeadLetterService
 from ..tasks.outcomes import Outcome, ResultBackend
+from .jobs import BulkJobs
 from .security import WebConfig, csrf_ok
 
 HERE = files("delayq_transport.web")
@@ -44,6 +45,8 @@ class State:
         self.templates = Jinja2Templates(directory=str(HERE.joinpath("templates")))
         self.templates.env.globals.update(config=config)
         self.templates.env.filters["when"] = when
+        #: Bulk actions on large selections, running in this process (:mod:`.jobs`).
+        self.bulk_jobs = BulkJobs()
         self._dead_letters: DeadLetterService | None = None
         self._result_backend: ResultBackend | None = None
 

@@ -1,11 +1,13 @@
 """Issue 28 in headless Chromium: bulk actions against a real Celery worker (run now on every
 match: the one the worker holds is left alone and reported; cancel by checkboxes; reschedule a
 timeline bar's tasks by a shift), the search that continues by itself until found or proven
-absent, hatched estimated bars, and times in the viewer's zone with a remembered UTC toggle."""
+absent, hatched estimated bars, and times in the viewer's zone with a remembered UTC toggle; and
+(issue 42) a large selection's action in the background, followed on its page."""
 
 from __future__ import annotations
 
 import re
+import threading
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -124,3 +126,40 @@ def test_search_hatching_and_time_zones(database_url, producer, web, browser,
     page.reload()  # remembered
     assert "UTC" in page.locator("#task-eta time").inner_text()
     context.close()
+
+
+def test_a_large_bulk_action_shows_its_progress_then_its_outcome(database_url, producer, web,
+                                                                 page, monkeypatch) -> None:
+    """Above the threshold the confirmation opens the job's page, which follows the action
+    (polling its status) from the first batch to the outcome."""
+    monkeypatch.setattr("delayq_transport.web.bulk.BACKGROUND_ROWS", 3)
+    monkeypatch.setattr("delayq_transport.tasks.bulk.BATCH", 2)  # 8 tasks: four batches
+    for i in range(8):
+        mark.apply_async((f"many-{i}",), countdown=3600 + i)
+    server = web()
+    inspector = server.server.config.app.state.delayq.service.inspector
+    real, paused, release = inspector.cancel_unchanged, threading.Event(), threading.Event()
+    calls: list[object] = []
+
+    def wait_before_the_second_batch(*args: object) -> list[int]:
+        calls.append(args)
+        if len(calls) == 2:
+            paused.set()
+            assert release.wait(30), "the test never released the job"
+        return real(*args)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(inspector, "cancel_unchanged", wait_before_the_second_batch)
+    page.goto(server.url + "/tasks?queue=celery")
+    page.check("#all-matching")
+    expect(page.locator("#all-count")).to_have_text("(8)")
+    page.click("#bulk-cancel")
+    page.click("#bulk-confirm")
+    assert "/tasks/bulk/jobs/" in page.url and paused.wait(30)
+    expect(page.locator("#bulk-state")).to_have_text("applying")
+    expect(page.locator("#bulk-percent")).to_have_text("25%")
+    release.set()
+    expect(page.locator("#bulk-job")).to_have_attribute("data-state", "done")
+    expect(page.locator("#bulk-detail")).to_have_text("cancelled 8 task(s)")
+    assert page.locator("#bulk-progress").evaluate("el => el.value") == 100
+    page.click("#bulk-back")
+    expect(page.locator("#task-table tr[data-key]")).to_have_count(0)

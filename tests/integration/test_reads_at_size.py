@@ -22,6 +22,7 @@ import base64
 import hashlib
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +39,7 @@ from delayq_transport.core.cron import CronService
 from delayq_transport.core.inspect import MAX_MS, Inspector
 from delayq_transport.core.queries import NOT_PER_TABLE, Queries, raw_queries
 from delayq_transport.metrics.collector import DelayqCollector
-from delayq_transport.tasks import TaskFilter, TaskService
+from delayq_transport.tasks import TaskFilter, TaskService, bulk
 from delayq_transport.tasks.deadletters import DeadLetterService
 from delayq_transport.web.app import create_app
 from delayq_transport.web.security import WebConfig
@@ -329,6 +330,28 @@ def test_every_read_statement_was_watched(watched: tuple[DelayedQueue, Watch],
         "dead_letters_count", "cron_list_config", "count_due", "status_capped",
         "status_in_flight", "health_table", "health_indexes", "health_blockers",
     }, sorted(watch.statements())
+
+
+@pytest.mark.parametrize("action", ["cancel", "reschedule"])
+def test_a_bulk_action_writes_through_the_primary_key(watched: tuple[DelayedQueue, Watch],
+                                                       big: tuple[str, int], action: str,
+                                                       request: pytest.FixtureRequest) -> None:
+    """What a bulk action on the page runs (in the background above its threshold): the
+    matches collected in keyset windows, then batches of writes by primary key, each checked
+    against the row as it matched. A minute of the ``mail`` queue (~350 rows), a different
+    one for each test, so the rows this test changes are not those of another."""
+    queue, watch = watched
+    svc = TaskService(queue)
+    start = big[1] + 3 * HOUR_MS + zlib.crc32(request.node.name.encode()) % (20 * HOUR_MS)
+    f = TaskFilter.parse(queue="mail", eta_after=iso_ms(start), eta_before=iso_ms(start + 60_000))
+    watch.take()
+    targets = bulk.target_ids(svc, f)
+    result = bulk.apply(svc, action, targets, shift_ms=60_000 if action == "reschedule" else None)
+    assert len(targets) > 100 and result.done == len(targets), result
+    plans = watch.take()
+    write = "inspect_cancel_unchanged" if action == "cancel" else "inspect_reschedule_many"
+    assert {"inspect_match_window", write} <= {name for name, _ in plans}
+    assert_bounded(plans, f"bulk {action}")
 
 
 def test_without_the_plan_guard_the_overview_scans_the_table(big: tuple[str, int]) -> None:

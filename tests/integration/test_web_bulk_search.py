@@ -4,6 +4,8 @@ index), counts past the cap as ≈ estimates, throughput windows; real PostgreSQ
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -100,6 +102,7 @@ def test_bulk_api_and_page(dq: DelayedQueue) -> None:
 
 def test_bulk_batches_and_cli_share_the_code(dq: DelayedQueue, monkeypatch) -> None:
     monkeypatch.setattr(bulk, "BATCH", 5)  # 12 rows: three statements per action
+    monkeypatch.setattr(bulk, "MOVE_BATCH", 5)
     svc = TaskService(dq)
     ids = bulk.target_ids(svc, TaskFilter())
     result = bulk.apply(svc, "reschedule", ids, shift_ms=-60_000)
@@ -168,3 +171,79 @@ def test_throughput_windows() -> None:
     rates.add(1200, 600, now=400.0)
     five, hour = rates.windows()
     assert five["span_s"] == 340.0 and hour["span_s"] == 400.0  # 5 min: from the 60 s sample
+
+
+def test_a_large_selection_runs_in_the_background(dq: DelayedQueue, monkeypatch) -> None:
+    """Above the threshold the POST answers 202 with the job at once; its status shows the
+    progress batch by batch and then the outcome; a row moved after it matched is left alone."""
+    monkeypatch.setattr("delayq_transport.web.bulk.BACKGROUND_ROWS", 3)
+    monkeypatch.setattr(bulk, "BATCH", 5)  # 12 rows: three batches, three commits
+    held(dq)
+    c = client(dq)
+    inspector = c.app.state.delayq.service.inspector  # type: ignore[attr-defined]
+    real, paused, release = inspector.cancel_unchanged, threading.Event(), threading.Event()
+    calls: list[object] = []
+
+    def wait_before_the_second_batch(*args: object) -> list[int]:
+        calls.append(args)
+        if len(calls) == 2:
+            paused.set()
+            assert release.wait(30), "the test never released the job"
+        return real(*args)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(inspector, "cancel_unchanged", wait_before_the_second_batch)
+    selection = {"action": "cancel", "all": True, "eta_after": T0.isoformat()}
+    refused = c.post("/api/tasks/bulk", json=selection)  # no CSRF token
+    assert refused.status_code == 403 and not paused.is_set()
+    started = c.post("/api/tasks/bulk", headers=token(c), json=selection)
+    assert started.status_code == 202, started.text
+    job = started.json()
+    assert started.headers["location"] == job["status_url"] == f"/api/tasks/bulk/jobs/{job['id']}"
+    assert job["expected"] == 12 and not job["finished"]
+
+    assert paused.wait(30), "the job's first batch"
+    status = c.get(job["status_url"]).json()
+    assert (status["state"], status["total"], status["processed"], status["percent"]) == (
+        "applying", 12, 5, 41)
+    assert status["result"]["in_flight"] == 1 and status["result"]["done"] == 4
+    page = c.get(job["page_url"])
+    assert page.status_code == 200 and 'value="41"' in page.text and "applying" in page.text
+    moved = c.post(f"/api/tasks/{dq.get('t8').id}/reschedule",  # type: ignore[union-attr]
+                   headers=token(c), json={"in": "3h"})
+    assert moved.status_code == 200  # it no longer matches what the job collected
+    release.set()
+
+    deadline = time.monotonic() + 30
+    while not (status := c.get(job["status_url"]).json())["finished"]:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.02)
+    assert status["state"] == "done" and status["percent"] == 100, status
+    assert (status["result"]["done"], status["result"]["in_flight"], status["result"]["gone"]
+            ) == (10, 1, 1)
+    assert "cancelled 10 task(s)" in status["detail"]
+    assert {k for k in ("t0", "t8") if dq.get(k)} == {"t0", "t8"}
+    assert all(dq.get(f"t{i}") is None for i in range(12) if i not in (0, 8))
+    assert c.get("/api/tasks/bulk/jobs/nope").status_code == 404
+
+
+def test_the_page_follows_a_background_action(dq: DelayedQueue, monkeypatch) -> None:
+    """The confirmation's POST redirects to the job's page, which shows the outcome."""
+    monkeypatch.setattr("delayq_transport.web.bulk.BACKGROUND_ROWS", 3)
+    c = client(dq)
+    form = {"csrf_token": token(c)["X-CSRF-Token"], "action": "reschedule", "shift": "+1h",
+            "all": "1", "queue": "celery", "confirmed": "1"}
+    assert c.post("/tasks/bulk", data={k: v for k, v in form.items() if k != "csrf_token"},
+                  follow_redirects=False).status_code == 403
+    done = c.post("/tasks/bulk", data=form, follow_redirects=False)
+    assert done.status_code == 303, done.text
+    where = done.headers["location"]
+    assert where.startswith("/tasks/bulk/jobs/") and "queue=celery" in where
+    job_id = where.split("/")[-1].split("?")[0]
+    deadline = time.monotonic() + 30
+    while not (status := c.get(f"/api/tasks/bulk/jobs/{job_id}").json())["finished"]:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.02)
+    assert status["result"]["done"] == 12, status
+    assert dq.get("t5").scheduled_at == T0 + timedelta(hours=1, minutes=5)  # type: ignore[union-attr]
+    page = c.get(where)
+    assert 'data-state="done"' in page.text and "rescheduled 12 task(s)" in page.text

@@ -1,6 +1,7 @@
 // delayq web: confirmations for actions, live refresh of the #live part of the page, times in
 // the viewer's zone (or UTC, remembered) with a relative form, bulk selection, and a search
-// that continues by itself until the page is full or the table is searched to its end.
+// that continues by itself until the page is full or the table is searched to its end, and the
+// progress of a bulk action running in the background.
 // Plain JS, no build step, no external assets (the CSP allows no inline script).
 (function () {
   "use strict";
@@ -166,4 +167,24 @@
     }).catch(function () { progress.removeAttribute("data-next"); });
   }
   continueSearch();
+
+  // -- a bulk action running in the background: follow its progress until it ends ----------------
+  function followJob() {
+    var box = document.getElementById("bulk-job");
+    if (!box) return;
+    var state = box.getAttribute("data-state");
+    if (state === "done" || state === "failed") return;
+    fetch(box.getAttribute("data-status"), {credentials: "same-origin"}).then(function (response) {
+      return response.ok ? response.json() : null;
+    }).then(function (job) {
+      if (!job) return;
+      box.setAttribute("data-state", job.state);
+      document.getElementById("bulk-progress").value = job.percent;
+      document.getElementById("bulk-percent").textContent = job.percent + "%";
+      document.getElementById("bulk-state").textContent = job.state;
+      document.getElementById("bulk-detail").textContent = job.detail;
+      if (!job.finished) window.setTimeout(followJob, 500);
+    }).catch(function () { window.setTimeout(followJob, 2000); });
+  }
+  followJob();
 })();
