@@ -167,3 +167,20 @@ def test_the_root_package_exports_every_core_exception() -> None:
                if isinstance(v, type) and issubclass(v, BaseException)
                and v.__module__ == errors.__name__}
     assert defined <= set(delayq_transport.__all__)
+
+
+# -- pages the code and the pages cite ---------------------------------------------------
+
+
+def test_every_markdown_file_cited_is_in_the_repository() -> None:
+    """A page, docstring, comment or SQL block that names a ``.md`` file names one of this
+    repository (the design notes it once cited lived elsewhere: docs/explanation/design.md)."""
+    ours = {p.name for p in ROOT.rglob("*.md") if ".git" not in p.parts}
+    cited = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*([\w-]+\.md)\b")
+    scanned = [*PAGES, *SOURCES, ROOT / "delayq_transport/core/queries.sql",
+               *(p for p in (ROOT / "tests").rglob("*.py") if not p.name.startswith("test_docs")),
+               *(ROOT / "bench").rglob("*.py"), *(ROOT / "scripts").iterdir()]
+    missing = sorted({f"{path.relative_to(ROOT)}: {name}" for path in scanned if path.is_file()
+                      for name in cited.findall(path.read_text(errors="replace"))
+                      if name not in ours})
+    assert missing == [], "\n".join(missing)
