@@ -184,3 +184,23 @@ def test_every_markdown_file_cited_is_in_the_repository() -> None:
                       for name in cited.findall(path.read_text(errors="replace"))
                       if name not in ours})
     assert missing == [], "\n".join(missing)
+
+
+# -- intervals the explanation pages quote -------------------------------------------------
+
+
+@pytest.mark.parametrize("page,sentence,value", [
+    ("docs/explanation/delivery.md", r"by the Dramatiq broker every (\d+) ms",
+     "delayq_transport.dramatiq.consumer:ACK_FLUSH_INTERVAL_S"),
+    ("docs/explanation/time.md", r"a process sends at most one per\s+kind every (\d+) ms",
+     "delayq_transport.core.announce:DEFAULT_WINDOW_S"),
+    ("docs/explanation/design.md", r"a\s+process sends at most one per kind every (\d+) ms",
+     "delayq_transport.core.announce:DEFAULT_WINDOW_S"),
+    ("docs/how-to/transactions.md", r"carry a notification at most once per\s+(\d+) ms",
+     "delayq_transport.core.announce:DEFAULT_WINDOW_S"),
+])
+def test_quoted_intervals_are_the_codes(page: str, sentence: str, value: str) -> None:
+    match = re.search(sentence, (ROOT / page).read_text())
+    assert match is not None, f"{page}: no sentence {sentence!r}"
+    module, name = value.split(":")
+    assert int(match.group(1)) == round(getattr(importlib.import_module(module), name) * 1000)
