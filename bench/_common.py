@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -375,7 +376,12 @@ def replace_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> Path:
     intro when missing)."""
     text = path.read_text() if path.exists() else BENCHMARKS_INTRO
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(with_section(text, name, body))
+    text = with_section(text, name, body)
+    if path == BENCHMARKS_MD:
+        import _targets  # the targets table reads every results file, this run's included
+
+        text = _targets.refresh(text)
+    path.write_text(text)
     return path
 
 
@@ -433,3 +439,57 @@ def save_figure(fig: Any, path: Path, dpi: int = 120) -> Path:
 
 def fmt_rate(value: float) -> str:
     return f"{value:,.0f}"
+
+
+# -- the one rounding rule of docs/benchmarks.md -------------------------------------------
+#
+# A figure read from one results file is shown the same wherever it appears (its section, the
+# targets table, README): ratios with two decimals, percentages and rates with none, each to
+# the nearest, and a target is judged on the figure as shown, so a figure and its verdict
+# never disagree (a 1.2995 ratio shows as 1.30× and meets "≥ 1.3×").
+
+
+def shown_ratio(value: float) -> float:
+    return round(value, 2)
+
+
+def times(value: float) -> str:
+    """A ratio as every page shows it: ``1.03×``."""
+    return f"{shown_ratio(value):.2f}×"
+
+
+def percent(value: float) -> str:
+    """A fraction as every page shows it: ``91%``."""
+    return f"{round(value * 100):.0f}%"
+
+
+def at_least(ratio: float, target: float) -> bool:
+    return shown_ratio(ratio) >= target
+
+
+def at_most(ratio: float, target: float) -> bool:
+    return shown_ratio(ratio) <= target
+
+
+def verdict(ok: bool | None, unknown: str = "not measured") -> str:
+    return unknown if ok is None else "yes" if ok else "**no**"
+
+
+@dataclass(frozen=True)
+class TargetRow:
+    """One row of the page's "Targets at a glance": each writer's ``targets(data)`` makes its
+    rows from the same figures and rules as its section."""
+
+    area: str
+    target: str
+    measured: str
+    holds: str
+
+
+def revision_cell(data: dict[str, Any]) -> str:
+    """``c477047\\*, 2026-11-25``: the run's revision (``*``: uncommitted changes) and day."""
+    revision = str(data.get("revision") or data.get("git_revision") or "not recorded")
+    revision = revision.replace(" (with uncommitted changes)", "\\*")
+    when = data.get("finished_at")
+    day = datetime.fromisoformat(when).astimezone(UTC).strftime("%Y-%m-%d") if when else "?"
+    return f"{revision}, {day}"

@@ -11,7 +11,11 @@ import statistics
 from datetime import datetime
 from typing import Any
 
-from _common import markdown_table, prose
+from _common import (
+    markdown_table,
+    prose,
+    times,
+)
 
 #: The results files the table reads.
 SOURCES = ("celery", "dramatiq", "scale")
@@ -76,7 +80,7 @@ def section(results: dict[str, dict[str, Any]]) -> str:
             f"Celery at {_revision(celery)}, Dramatiq at {_revision(dramatiq)}")
     drain = "" if biggest is None else (
         f" A drain with {biggest['far_rows']:,} far-future rows waiting took "
-        f"{biggest['ratio']:.2f}× the time of one with 10,000 ({_revision(scale)}).")
+        f"{times(biggest['ratio'])} the time of one with 10,000 ({_revision(scale)}).")
     table = markdown_table(("", "delayq", "Redis", "RabbitMQ"), rows, "lrrr")
     text = prose(f"""No-op tasks on a 2-core VM where producers, worker and broker share the
 cores; medians of interleaved rounds; {when}.{drain} Commands, machines and every other figure:

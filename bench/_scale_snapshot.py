@@ -37,6 +37,8 @@ from _celery import (
     running_worker,
 )
 from _common import (
+    TargetRow,
+    at_most,
     checkpoint,
     fresh_database,
     hold_snapshot,
@@ -47,6 +49,7 @@ from _common import (
     run_line,
     save_figure,
     table_stats,
+    times,
 )
 from bench_celery import phase_drain
 
@@ -197,7 +200,7 @@ def verdict(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
     ratios = [out[k] for k in ("p99_ratio_all", "p99_ratio_last_third", "executed_ratio",
                                "drain_after_ratio")]
-    out["within_1_5x"] = all(r is not None and r <= TARGET_RATIO for r in ratios)
+    out["within_1_5x"] = all(r is not None and at_most(r, TARGET_RATIO) for r in ratios)
     return out
 
 
@@ -259,12 +262,12 @@ least squares in % of the median per minute.{carried}""")
     outcome = ""
     if v:
         outcome = "\n\n" + prose(
-            f"Snapshot vs none: pick-up p99 {v['p99_ratio_all']}x over the run, "
-            f"{v['p99_ratio_last_third']}x in the last third; executed rate "
-            f"{v['executed_ratio']}x; drain burst after the run {v['drain_after_ratio']}x "
-            f"slower. Trend under the snapshot: p99 last/first third {v['p99_trend']}x "
-            f"(without: {v['p99_trend_base']}x), drain burst before/after "
-            f"{v['drain_trend']}x. Within {TARGET_RATIO}x: "
+            f"Snapshot vs none: pick-up p99 {times(v['p99_ratio_all'])} over the run, "
+            f"{times(v['p99_ratio_last_third'])} in the last third; executed rate "
+            f"{times(v['executed_ratio'])}; drain burst after the run "
+            f"{times(v['drain_after_ratio'])} slower. Trend under the snapshot: p99 last/first "
+            f"third {times(v['p99_trend'])} (without: {times(v['p99_trend_base'])}), drain burst "
+            f"before/after {times(v['drain_trend'])}. Within {TARGET_RATIO}×: "
             f"{'yes' if v['within_1_5x'] else '**no**'}.")
     load = (m["load_average_at_start"][0], data["load_average_at_end"][0])
     return f"""## Celery with a held snapshot
@@ -277,3 +280,17 @@ least squares in % of the median per minute.{carried}""")
 
 {how}
 """
+
+
+def targets(data: dict[str, Any]) -> list[TargetRow]:
+    """This run's row of the page's "Targets at a glance"."""
+    v = verdict({k: summarize(run) for k, run in data["snapshot"].items()})
+    if not v:
+        return []
+    return [TargetRow(
+        "scale", f"a {data['minutes']:g}-minute held snapshot does not slow Celery at "
+        f"{data['rate']:g} tasks/s: pick-up p99, executed rate and drain within "
+        f"{TARGET_RATIO}× the run without",
+        f"pick-up p99 {times(v['p99_ratio_all'])} the run without, executed rate "
+        f"{times(v['executed_ratio'])}, drain after the run {times(v['drain_after_ratio'])}",
+        "yes" if v["within_1_5x"] else "**no**")]

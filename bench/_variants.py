@@ -30,7 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import BENCH_DIR, REPO_ROOT
+from _common import (
+    BENCH_DIR,
+    REPO_ROOT,
+    times,
+)
 
 _SPEC = re.compile(r"^(?P<base>delayq(?:_durable)?)(?:@(?P<rev>[\w./-]+))?"
                    r"(?P<opts>(?:~\w+=[^~]*)*)$")
@@ -164,7 +168,7 @@ def ab_rows(results: dict[str, Any], brokers: list[str], phase: str) -> list[lis
         total = sum(p for p in parts if p is not None)
         rows.append([broker, phase, f"{rate:,.0f}",
                      " ".join(f"{r:,.0f}" for r in rounds if r),
-                     f"{rate / base:.2f}×" if base else "—",
+                     times(rate / base) if base else "—",
                      *("—" if p is None else f"{p:,.0f}" for p in parts), f"{total:,.0f}"])
     return rows
 

@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 from _common import (
     DEFAULT_ADMIN_URL,
+    TargetRow,
     command_line,
     console,
     fresh_database,
@@ -226,3 +227,12 @@ the rows kept ahead (entries × occurrences in the horizon).""")
 
 if __name__ == "__main__":
     main()
+
+
+def targets(data: dict[str, Any]) -> list[TargetRow]:
+    """This run's row of the page's "Targets at a glance": a measurement without a target."""
+    steady = data["delayq_beat"]["steady_refresh"]
+    theirs = data["persistent_scheduler"]["one_minute_of_publishing"]
+    return [TargetRow("beat", f"load per refresh with {data['entries']:,} one-minute crontabs",
+                      f"{steady['statements']:.0f} statements per minute (PersistentScheduler: "
+                      f"{theirs['statements']:.0f})", "-")]

@@ -27,6 +27,9 @@ import click
 from _common import (
     DEFAULT_ADMIN_URL,
     IMG_DIR,
+    TargetRow,
+    at_least,
+    at_most,
     checkpoint,
     command_line,
     console,
@@ -35,11 +38,14 @@ from _common import (
     load_results,
     machine_info,
     markdown_table,
+    percent,
     progress_bar,
     prose,
     replace_section,
     run_line,
     save_figure,
+    times,
+    verdict,
     write_results,
 )
 from _steady import VARIANTS, SteadyConfig, SteadyRun, prepare, summarize
@@ -135,9 +141,9 @@ def table(runs: list[dict[str, Any]], window_s: float) -> str:
         s = summarize(run["samples"], window_s, window_s)
         rows.append([run["variant"], f"{s['rate_per_s']['first']} → {s['rate_per_s']['last']}",
                      f"{s['pickup_p99_ms']['first']} → {s['pickup_p99_ms']['last']} "
-                     f"({s['pickup_p99_ms']['ratio']}x)",
+                     f"({times(s['pickup_p99_ms']['ratio'])})",
                      f"{s['poll_p99_ms']['first']} → {s['poll_p99_ms']['last']} "
-                     f"({s['poll_p99_ms']['ratio']}x)",
+                     f"({times(s['poll_p99_ms']['ratio'])})",
                      f"{s['size_mb']['first']:,.0f} → {s['size_mb']['last']:,.0f} "
                      f"(max {(s['max_table_bytes'] + s['max_index_bytes']) / MB:,.0f})",
                      f"{s['max_dead_tuples']:,}"])
@@ -233,6 +239,31 @@ transport does, with {cfg['far_rows']:,} far-future rows in the table, {what}; f
 
 {how}
 """
+
+
+#: The churn scenario's target: the rate of the last window within this fraction of the
+#: first's, and the table with its indexes growing by at most SIZE_GROWTH.
+RATE_KEPT = 0.9
+SIZE_GROWTH = 1.1
+
+
+def targets(data: dict[str, Any]) -> list[TargetRow]:
+    """The churn run's row of the page's "Targets at a glance" (the snapshot scenario has
+    none: it measures what a held snapshot costs)."""
+    if data["scenario"] != "churn":
+        return []
+    run = data["runs"][0]
+    cfg = run["config"]
+    window = min(600.0, cfg["seconds"] / 3)
+    s = summarize(run["samples"], window, window)
+    rate, size = s["rate_per_s"], s["size_mb"]
+    ok = at_least(rate["last"] / rate["first"], RATE_KEPT) and \
+        at_most(size["last"] / size["first"], SIZE_GROWTH)
+    return [TargetRow(
+        "scale", f"{cfg['seconds'] / 3600:g} hour of churn: rate within "
+        f"{percent(1 - RATE_KEPT)}, table + indexes ≤ {times(SIZE_GROWTH)} their size",
+        f"{rate['first']:,.0f} → {rate['last']:,.0f} rows/s, table + indexes "
+        f"{size['first']:,.0f} → {size['last']:,.0f} MB", verdict(ok))]
 
 
 if __name__ == "__main__":

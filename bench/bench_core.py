@@ -32,6 +32,7 @@ import click
 import psycopg
 from _common import (
     IMG_DIR,
+    TargetRow,
     command_line,
     console,
     database_url_option,
@@ -41,11 +42,13 @@ from _common import (
     grouped_bar_chart,
     machine_info,
     markdown_table,
+    percent,
     progress_bar,
     prose,
     replace_section,
     run_line,
     vacuum_analyze,
+    verdict,
     write_results,
 )
 from _core_meter import (
@@ -376,19 +379,35 @@ def results_json(ops: list[Operation], settings: Settings, info: dict[str, Any],
     }
 
 
+def met(op: dict[str, Any]) -> bool:
+    """The target judged on the figure the page shows (bench/_common.py's rounding rule)."""
+    target = op["target"]
+    if target["kind"] == "rate":
+        return round(op["delayq"]["median_per_s"]) >= target["value"]
+    return round(op["ratio"] * 100) >= round(target["value"] * 100)
+
+
 def table_rows(operations: list[dict[str, Any]]) -> list[list[str]]:
     return [
         [op["label"], fmt_rate(op["delayq"]["median_per_s"]), fmt_rate(op["raw"]["median_per_s"]),
-         f"{op['ratio']:.1%}", op["target"]["text"], "yes" if op["met"] else "**no**"]
+         percent(op["ratio"]), op["target"]["text"], verdict(met(op))]
         for op in operations
     ]
+
+
+def targets(data: dict[str, Any]) -> list[TargetRow]:
+    """This run's rows of the page's "Targets at a glance"."""
+    return [TargetRow("queue core", f"{op['label']}: {op['target']['text']}",
+                      f"{fmt_rate(op['delayq']['median_per_s'])} msgs/s, {percent(op['ratio'])} "
+                      f"of raw SQL's {fmt_rate(op['raw']['median_per_s'])}", verdict(met(op)))
+            for op in data["operations"]]
 
 
 def notes(operations: list[dict[str, Any]]) -> list[str]:
     """Plain statements about each missed target, derived from the figures of this run."""
     lines = []
     for op in operations:
-        if op["met"]:
+        if met(op):
             continue
         dq, raw = op["delayq"]["median_per_s"], op["raw"]["median_per_s"]
         target = op["target"]
@@ -397,14 +416,14 @@ def notes(operations: list[dict[str, Any]]) -> list[str]:
             lines.append(
                 f"{head}, and the raw SQL reached only {fmt_rate(raw)} msgs/s here, so this "
                 f"machine cannot meet the target with one Python client thread whatever the "
-                f"library does; delayq reached {op['ratio']:.0%} of that limit.")
+                f"library does; delayq reached {percent(op['ratio'])} of that limit.")
         elif target["kind"] == "rate":
             lines.append(
                 f"{head} while the raw SQL reached {fmt_rate(raw)} msgs/s: delayq's own "
-                f"per-message work (it reached {op['ratio']:.0%} of raw) is what misses it.")
+                f"per-message work (it reached {percent(op['ratio'])} of raw) is what misses it.")
         else:
             lines.append(f"{head} against {fmt_rate(raw)} msgs/s for the raw SQL "
-                         f"({op['ratio']:.0%}).")
+                         f"({percent(op['ratio'])}).")
     return lines
 
 

@@ -27,6 +27,7 @@ import psycopg
 from _common import (
     DEFAULT_ADMIN_URL,
     REPO_ROOT,
+    TargetRow,
     command_line,
     git_revision,
     load_results,
@@ -36,6 +37,7 @@ from _common import (
     replace_section,
     run_line,
     url_for,
+    verdict,
     write_results,
 )
 from rich.console import Console
@@ -214,6 +216,26 @@ whole `python -m delayq_transport` runs.""")
 
 {how}
 """
+
+
+#: What an operator waits for at the largest size: the queue size, `delayq status`'s
+#: statements and the whole `delayq status` process, each under this many ms.
+TARGET_MS = 1000.0
+TARGET_OPS = ("queue size (count_due)", "status (capped)")
+PROCESS_OP = "delayq status (process)"
+
+
+def targets(data: dict[str, Any]) -> list[TargetRow]:
+    """This run's row of the page's "Targets at a glance": the largest size, either state."""
+    largest = max(r["rows"] for r in data["results"])
+    runs = [r["median_ms"] for r in data["results"] if r["rows"] == largest]
+    statements = [run[op] for run in runs for op in TARGET_OPS]
+    process = max(run[PROCESS_OP] for run in runs)
+    ok = max(round(v, 1) for v in [*statements, process]) < TARGET_MS
+    return [TargetRow(
+        "scale", f"queue size and `delayq status` < {TARGET_MS / 1000:g} s at "
+        f"{largest:,} rows", f"statements {min(statements):.1f}–{max(statements):.1f} ms, the "
+        f"whole `delayq status` process {process:.1f} ms", verdict(ok))]
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ from _celery import BrokerRun, Settings, broker_state, delayq_run, on_sigterm
 from _common import (
     DEFAULT_ADMIN_URL,
     IMG_DIR,
+    TargetRow,
+    at_most,
     checkpoint,
     command_line,
     console,
@@ -54,6 +56,8 @@ from _common import (
     prose,
     replace_section,
     run_line,
+    times,
+    verdict,
     write_results,
 )
 from bench_celery import phase_drain, phase_latency
@@ -185,7 +189,7 @@ def section(data: dict[str, Any]) -> str:
                                     for d in r["drains"]["big"])
             rows.append([f"{r['far_rows']:,}", f"{r['drain_s']} ({', '.join(map(str, big))})",
                          f"{r['ref_drain_s']} ({', '.join(map(str, ref))})",
-                         f"{r['ratio']:.2f}x" if r["ratio"] else "-", round(cpu, 3),
+                         times(r["ratio"]) if r["ratio"] else "-", round(cpu, 3),
                          r["latency"]["immediate"].get("p99_ms")])
         rd = sizes["redis"]
         rows.append(["redis (reference)", rd["drain"].get("seconds"), "-", "-",
@@ -278,3 +282,22 @@ def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes
 
 if __name__ == "__main__":
     main()
+
+
+#: The drain with the most far-future rows takes at most this much longer than with 10,000.
+TARGET_RATIO = 1.1
+
+
+def targets(data: dict[str, Any]) -> list[TargetRow]:
+    """This run's row of the page's "Targets at a glance": the largest size measured."""
+    sizes = data.get("sizes", {}).get("delayq") or []
+    biggest = max((r for r in sizes if r.get("ratio")), key=lambda r: r["far_rows"], default=None)
+    if biggest is None:
+        return []
+    ref = f"{sizes[0]['far_rows']:,}"
+    return [TargetRow(
+        "scale", f"drain with {biggest['far_rows']:,} far-future rows ≤ {TARGET_RATIO}× the "
+        f"drain with {ref}",
+        f"{times(biggest['ratio'])} ({biggest['drain_s']} s vs {biggest['ref_drain_s']} s, "
+        f"medians of {len(biggest['drains']['big'])} paired drains)",
+        verdict(at_most(biggest["ratio"], TARGET_RATIO)))]

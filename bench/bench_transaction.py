@@ -47,6 +47,7 @@ from _common import (
     prose,
     replace_section,
     run_line,
+    times,
     write_results,
 )
 
@@ -227,9 +228,9 @@ def section(data: dict[str, Any]) -> str:
     ref = units.get("delayq publish after commit", {}).get("unit_us")
     unit_rows = [[name, f"{v['unit_us']:.0f}", f"{v['unit_p99_us']:.0f}",
                   f"{v['publish_us']:.0f}",
-                  f"{v['unit_us'] / ref:.2f}x" if ref else "-"] for name, v in units.items()]
+                  times(v['unit_us'] / ref) if ref else "-"] for name, v in units.items()]
     base = view.get("delayq on_commit", {}).get("rps")
-    view_rows = [[name, f"{v['rps']:.0f}", f"{v['rps'] / base:.2f}x" if base else "-"]
+    view_rows = [[name, f"{v['rps']:.0f}", times(v['rps'] / base) if base else "-"]
                  for name, v in view.items()]
     how = prose(f"""
 One unit is an application transaction inserting one order and publishing one task for it

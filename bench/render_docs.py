@@ -4,7 +4,8 @@ Every benchmark writes its section of the page from its results file
 (``bench/results/<name>.json``) and nothing else, with the same ``section(data)`` this calls.
 After changing what a writer shows, this brings the page in line with it without re-running a
 benchmark; ``--check`` only says whether the page and the writers agree (exit status 1 if not).
-README's comparison table is rendered from the same results (``_readme.py``).
+README's comparison table (``_readme.py``), and the page's targets table and "Where delayq is
+behind" (``_targets.py``), are rendered from the same results.
 
     python bench/render_docs.py [--check] [SECTION ...]
 """
@@ -15,6 +16,7 @@ import importlib
 import sys
 
 import _readme
+import _targets
 import click
 from _common import BENCHMARKS_MD, REPO_ROOT, console, load_results, with_section
 
@@ -38,6 +40,9 @@ SECTIONS = {
     "connection_budget": "connection_budget",
     "connection_budget_single_pool": "connection_budget",
     "transaction": "bench_transaction",
+    "celery_pgbouncer": "_hand_recorded",
+    "scale_10m": "_hand_recorded",
+    "task_account": "_hand_recorded",
 }
 #: README's comparison table: its own writer, from several results files.
 README_SECTION = "readme"
@@ -61,6 +66,12 @@ def main(names: tuple[str, ...], check: bool) -> None:
         text = changed
     readme_before = readme = README.read_text()
     if not names:
+        every = {name: load_results(name) for name in _targets.SOURCES}
+        for name, writer in _targets.SUMMARIES.items():
+            changed = with_section(text, name, writer(every))
+            if changed != text:
+                console.print(f"{name}: {'differs' if check else 'rewritten'}")
+            text = changed
         readme = with_section(readme, README_SECTION, _readme.section(
             {name: load_results(name) for name in _readme.SOURCES}))
         if readme != readme_before:

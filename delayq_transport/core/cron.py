@@ -2,7 +2,8 @@
 
 Each occurrence is a row keyed ``{prefix}/{configHash}/{epoch ms}``. Installers in any number of
 processes compute the same keys for the same configuration, so the unique index makes the
-first insert win and nobody duplicates a tick. Fixes over the original (notes.md):
+first insert win and nobody duplicates a tick. The pitfalls each point below avoids are in
+docs/explanation/design.md:
 
 * LIKE patterns are escaped and anchored on ``prefix/``: ``_``/``%`` are literal and prefix
   ``a`` never touches ``ab/...``;

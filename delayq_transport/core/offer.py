@@ -2,8 +2,9 @@
 
 A row is inserted optimistically (``offer_insert``; 0 rows means the key exists, then a
 compare-and-swap replaces it when asked to). Concurrent offers of one process share one insert
-and commit (core/combine.py), and every created row is announced to the consumers after its
-commit (core/announce.py), never from inside the publishing transaction.
+and commit (core/combine.py), and created rows are announced to the consumers by a NOTIFY
+carried in a publish's own insert, delivered at its commit, at most once per kind per window
+(core/announce.py).
 
 Inside :func:`~.joined.transaction` (or a framework's transaction the Django app names), an
 offer is written in the caller's transaction instead (core/joined_offer.py): the only change to

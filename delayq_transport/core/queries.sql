@@ -1,5 +1,5 @@
--- Every statement delayq sends to PostgreSQL, one named block per operation of
--- shared/design/internals.md. Blocks start with `-- name --`, then a one-line comment.
+-- Every statement delayq sends to PostgreSQL, one named block per operation of the data model
+-- (docs/explanation/design.md). Blocks start with `-- name --`, then a one-line comment.
 -- `{table}`, `{idx_*}`, `{notify_fn}` and friends are identifiers, validated and quoted by
 -- delayq_transport.queries; `{now}` expands to the one clock expression below. Values are
 -- always bound parameters (`%(name)s`).
@@ -200,7 +200,7 @@ WHERE t."id" = ANY(%(ids)b::bigint[]) AND t."lockUuid" = ANY(%(lock_set)b::text[
   AND t."lockUuid" = (%(locks)b::text[])[array_position(%(ids)b::bigint[], t."id")]
 
 -- ack_lock --
--- Delete every row acquired under one lock (internals.md's acknowledge of a whole poll).
+-- Delete every row acquired under one lock: the acknowledge of a whole poll.
 DELETE FROM {table} WHERE "lockUuid" = %(lock)s
 
 -- extend_lease --

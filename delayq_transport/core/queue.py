@@ -1,7 +1,7 @@
 """DelayedQueue: messages kept in PostgreSQL until their ``scheduledAt``.
 
-Semantics follow ``shared/design/internals.md`` with the corrections of ``notes.md``:
-acquiring is one statement (``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)``),
+The data model and the choices behind it: docs/explanation/design.md. In short: acquiring is
+one statement (``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)``),
 "now" is one clock (the database's unless a test injects one), and rows are only ever moved
 (lease, release), never copied.
 """

@@ -1,7 +1,7 @@
 """The declared schema (SQLAlchemy Core) and the numbered migrations that build it.
 
-The table keeps the column names and indexes of ``shared/design/internals.md`` so the data model
-stays the documented one. Every change is a new numbered migration; ``migrate()`` applies the
+The table's columns and three indexes are the data model of docs/explanation/design.md, which
+explains each. Every change is a new numbered migration; ``migrate()`` applies the
 missing ones under a transaction-scoped advisory lock, so many workers starting at once are safe.
 """
 
@@ -41,7 +41,8 @@ def _dialect() -> Any:
 
 
 def queue_table(name: str, metadata: MetaData | None = None) -> Table:
-    """The ``delayed_queue`` table of internals.md under a (validated) configurable name."""
+    """The ``delayed_queue`` table (docs/explanation/design.md) under a (validated)
+    configurable name."""
     from sqlalchemy import BigInteger, Column, Index, LargeBinary, MetaData, String, Table
 
     validate_table_name(name)
@@ -243,8 +244,8 @@ def _create_revoke_function(conn: psycopg.Connection[Any], q: Queries) -> None:
 
 #: Applied in order; never edit a released migration, add a new one.
 MIGRATIONS: list[Migration] = [
-    Migration(1, "delayed_queue table and the three indexes of internals.md", _create_queue_table,
-              lock="none"),
+    Migration(1, "delayed_queue table and its three indexes (docs/explanation/design.md)",
+              _create_queue_table, lock="none"),
     Migration(2, "NOTIFY wake-ups on insert and on release", _create_notify_triggers,
               lock="SHARE ROW EXCLUSIVE"),
     Migration(3, "exchange bindings shared across processes", _create_bindings_table,

@@ -36,8 +36,9 @@ def open_source(url: str) -> Source:
         from .amqp_source import AmqpSource
 
         return AmqpSource(url.replace("pyamqp://", "amqp://", 1), display)
+    known = ", ".join(f"{s}://" for s in SCHEMES)
     raise MoveRefused(f"cannot move from {display}: unknown scheme {scheme or '(none)'!r}; "
-                      "move-from reads redis://, rediss://, amqp:// or amqps:// brokers")
+                      f"move-from reads {known} brokers")
 
 
 def _steps(text: str) -> tuple[int, ...]:

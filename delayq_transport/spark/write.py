@@ -158,7 +158,8 @@ def schedule_tasks(
       queue: the Celery queue.
       key: a column holding each row's key (= its Celery task id, at most 200 characters).
         Without it the key is a uuid5 of (task, args, kwargs, eta), so re-runs find the same
-        rows; an ETA computed from the clock or randomness then is refused (``UnstableEta``).
+        rows; an ETA computed from the clock or randomness then is refused
+        (``delayq_transport.spark.UnstableEta``).
       on_conflict: ``ignore``: a key already waiting is left as it is; ``update``: it is
         replaced in place (new payload and ETA) unless identical (needs ``UPDATE``).
       priority: 0-9, mapped to the transport's priority bucket.
@@ -166,11 +167,12 @@ def schedule_tasks(
       chunk_size: rows staged per merge statement in each partition (1-1,000,000).
       past_eta: rows whose ETA is before the database's now at job start: ``run`` stores them
         (due at once, as Celery would), ``skip`` counts them as bad rows, ``error`` refuses
-        the whole job before writing anything (``PastEta``).
+        the whole job before writing anything (``delayq_transport.spark.PastEta``).
       spark: the session for the executor check (default: the DataFrame's).
       sample_size: bad rows returned with their reason in ``bad_sample``.
       check_workers: first run one small Spark job that checks the executors can import
-        delayq and reach the database (``ExecutorEnvironmentError``, ``DatabaseUnavailable``).
+        delayq and reach the database (``delayq_transport.spark.ExecutorEnvironmentError``,
+        ``DatabaseUnavailable``).
       run_id: a name for this input (1-200 characters): the run is applied once, so a Spark
         task retry or a re-run with the same id adds nothing, even after the tasks ran. None:
         only the keys protect re-runs, while the rows still wait.

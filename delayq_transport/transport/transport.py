@@ -89,6 +89,15 @@ class Transport(virtual.Transport):
         DatabaseUnavailable, psycopg.OperationalError, socket.error,
     )
     channel_errors = virtual.Transport.channel_errors + (DatabaseError,)  # type: ignore[assignment]
+    #: What kombu's ``Connection.ensure`` retries after reconnecting and re-raises as its own
+    #: ``OperationalError``: the database unreachable, nothing else. Without these two kombu
+    #: counts every channel error as recoverable, so a ``DatabaseError`` (a refusal that
+    #: retrying cannot fix: ``TransactionRefused``, ``PermissionDenied``, ``SchemaMissing``)
+    #: cost a reconnect and a second try and reached ``apply_async``'s caller wrapped in
+    #: ``OperationalError``, where ``except delayq_transport.TransactionRefused`` missed it.
+    #: Declared, a refusal reaches the caller as raised, on the first try.
+    recoverable_connection_errors = connection_errors
+    recoverable_channel_errors: tuple[type[BaseException], ...] = ()
 
     implements = virtual.Transport.implements.extend(
         asynchronous=True,

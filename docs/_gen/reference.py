@@ -7,7 +7,13 @@ Each page comes from one definition site in the code:
 * dramatiq.md, spark.md, python-api.md: signatures and the ``Parameters:`` section of each
   docstring (every parameter documented, nothing documented that is not a parameter);
 * cli.md: click's command tree (``delayq`` with every plugin's commands loaded);
-* metrics.md: ``delayq_transport.metrics.METRICS``.
+* metrics.md: ``delayq_transport.metrics.METRICS``;
+* compatibility.md: pyproject.toml (requires-python, its classifiers, every requirement's
+  range and every extra) and, for what pyproject cannot say (what CI runs, PostgreSQL, Java),
+  the tables ``COMPAT`` and ``EXTRA_USES`` below.
+
+web-api.md is written by hand; ``tests/unit/test_docs_reference.py`` checks its table against
+the routes ``delayq web`` serves.
 
     python docs/_gen/reference.py            # rewrite the pages
     python docs/_gen/reference.py --check    # exit 1 when a page differs from the code
@@ -289,7 +295,8 @@ def dramatiq_page() -> str:
     return page(
         "delayq_transport/dramatiq (signatures and docstrings)", "Dramatiq broker",
         """
-`pip install 'delayq[dramatiq]'`; how to use it: [Run Dramatiq on delayq](../how-to/dramatiq.md).
+Needs the `dramatiq` extra ([install](../getting-started.md#install)); how to use it: [Run
+Dramatiq on delayq](../how-to/dramatiq.md).
 """,
         callable_section(DelayqBroker.__init__, "DelayqBroker", doc_source=DelayqBroker),
         "### Methods beyond Dramatiq's `Broker`\n\n" + methods(DelayqBroker, broker_methods),
@@ -315,7 +322,8 @@ def spark_page() -> str:
     return page(
         "delayq_transport/spark (signatures and docstrings)", "Spark API",
         """
-`pip install 'delayq[spark]'`; how to use it: [Schedule tasks from Spark](../how-to/spark.md).
+Needs the `spark` extra ([install](../getting-started.md#install)); how to use it: [Schedule
+tasks from Spark](../how-to/spark.md).
 """,
         callable_section(schedule_tasks, "schedule_tasks"),
         "### `ScheduleResult`\n\n" + summary(ScheduleResult) + "\n\n" + table(
@@ -461,6 +469,139 @@ priority bucket. Setting them up and alert rules: [Monitor](../how-to/monitor.md
     )
 
 
+# -- supported versions, from pyproject.toml ---------------------------------------------
+
+#: What pyproject cannot say, per row of the page: (label, requirement name in pyproject or
+#: None, its floor when pyproject has none, the newest release CI runs or None for "or newer",
+#: what CI runs, where). The floor of a named requirement is pyproject's own ``>=``.
+COMPAT: tuple[tuple[str, str | None, str, str | None, str, str], ...] = (
+    ("Python", None, "", None,
+     "3.11 (everything), 3.13 (`delayq[web,dramatiq]` installed from the wheel: the web page "
+     "and a Dramatiq round trip)", "`scripts/test`, `scripts/check-packaging`"),
+    ("Celery", "celery", "", "5.7",
+     "5.7.0 (the whole suite), 5.4.0 (the transport end to end, countdowns and revoke, "
+     "least-privilege roles)", "`scripts/test`, `scripts/check-compat`"),
+    ("kombu", "kombu", "", "5.7",
+     "5.7.0, 5.4.0 (as Celery, plus kombu's own integration test classes of that version)",
+     "`scripts/test`, `scripts/check-compat`"),
+    ("PostgreSQL", None, "15", "18",
+     "15 (the whole suite), 18 (the embedded server: migrations and their locks, least "
+     "privilege, uninstall, the transport end to end)", "`scripts/test`, `scripts/check-compat`"),
+    ("Django", "Django", "", "5.2", "5.2 (the whole suite); the floor is allowed by pyproject "
+     "but not run in CI", "`scripts/test`"),
+    ("Dramatiq", "dramatiq", "", "2.2", "2.2.1", "`scripts/test`, `scripts/check-packaging`"),
+    ("PySpark", "pyspark", "", "4.3", "4.3.0 only: the floor is allowed by pyproject but not run "
+     "in CI", "`scripts/test`, `scripts/check-packaging`"),
+    ("Java (for PySpark)", None, "17", "17", "17", "`scripts/test`"),
+    ("psycopg", "psycopg", "", None, "3.3", "`scripts/test`"),
+    ("SQLAlchemy", "SQLAlchemy", "", None, "2.1", "`scripts/test`"),
+)
+
+#: What each extra of pyproject is for (its packages come from pyproject).
+EXTRA_USES: dict[str, str] = {
+    "web": "`delayq web`, and the page `delayq demo` serves",
+    "dramatiq": "the Dramatiq broker and periodic actors",
+    "spark": "`schedule_tasks` and the other Spark functions, `delayq spark-report` (Java 17)",
+    "embedded": "`delayq demo` with no database configured",
+    "solar": "Celery's `solar` schedules in beat",
+    "move": "`delayq move-from redis://...` (a Celery app on Redis has it already)",
+    "django": "`delayq_transport.django`: settings, `DELAYQ_JOIN_ATOMIC`, admin mode",
+}
+#: Extras that are not for users: the development environment.
+DEV_EXTRAS = ("dev",)
+
+
+def _pyproject() -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _requirements(project: dict[str, Any]) -> dict[str, Any]:
+    """Every requirement of the core and of the user extras, by its lower-cased name."""
+    from packaging.requirements import Requirement
+
+    lines = list(project["dependencies"])
+    for extra, reqs in project["optional-dependencies"].items():
+        if extra not in DEV_EXTRAS:
+            lines += [r for r in reqs if not r.startswith(project["name"] + "[")]
+    return {(req := Requirement(line)).name.lower(): req for line in lines}
+
+
+def _floor(req: Any) -> str:
+    floors = [s.version for s in req.specifier if s.operator == ">="]
+    if len(floors) != 1:
+        raise DocError(f"pyproject's {req} has no single >= floor for the compatibility page")
+    return ".".join(floors[0].split(".")[:2])
+
+
+def compat_rows(project: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The table of supported versions; DocError when a row names a requirement pyproject does
+    not have, or its newest tested release is outside pyproject's range."""
+    from packaging.version import Version
+
+    reqs = _requirements(project)
+    pythons = sorted({c.rsplit(" :: ", 1)[1] for c in project["classifiers"]
+                      if c.startswith("Programming Language :: Python :: 3.")}, key=Version)
+    rows = []
+    for label, name, floor, newest, tested, where in COMPAT:
+        if label == "Python":
+            floor, newest = project["requires-python"].removeprefix(">="), pythons[-1]
+        elif name is not None:
+            req = reqs.get(name.lower())
+            if req is None:
+                raise DocError(f"compatibility row {label}: pyproject requires no {name}")
+            floor = _floor(req)
+            if newest is not None and not req.specifier.contains(newest + ".0"):
+                raise DocError(f"compatibility row {label}: {newest} is outside {req}")
+        supported = (f"{floor} or newer" if newest is None else floor if floor == newest
+                     else f"{floor} – {newest}")
+        rows.append((label, supported, tested, where))
+    return rows
+
+
+def extras_rows(project: dict[str, Any]) -> list[tuple[str, ...]]:
+    from packaging.requirements import Requirement
+
+    extras = {k: v for k, v in project["optional-dependencies"].items() if k not in DEV_EXTRAS}
+    if set(extras) != set(EXTRA_USES):
+        raise DocError(f"EXTRA_USES names {sorted(EXTRA_USES)}, pyproject's extras are "
+                       f"{sorted(extras)}")
+    return [(code(extra), ", ".join(Requirement(r).name for r in reqs), EXTRA_USES[extra])
+            for extra, reqs in extras.items()]
+
+
+def compatibility_page() -> str:
+    project = _pyproject()
+    capped = sorted(r.name for r in _requirements(project).values()
+                    if any(s.operator in ("<", "<=", "~=", "==") for s in r.specifier))
+    bound = f"no upper bound except on {', '.join(capped)}" if capped else "no upper bound"
+    return page(
+        "pyproject.toml and the COMPAT table of docs/_gen/reference.py", "Supported versions",
+        f"""
+"Supported" means the range `pyproject.toml` allows, up to the newest release CI runs;
+"tested" names what CI runs on every change. A release outside the range is not supported;
+a newer release inside it (pyproject sets {bound}) is expected to work and is added
+here once CI runs it.
+""",
+        table(("", "supported", "tested in CI", "where"), compat_rows(project)),
+        "## Extras",
+        """
+The wheel without extras installs the core: the kombu transport (Celery), the beat scheduler
+and the `delayq` command. Each extra adds packages for one use
+([install](../getting-started.md#install)):
+""",
+        table(("extra", "adds", "for"), extras_rows(project)),
+        """
+No extra, `web`, `dramatiq`, `spark`, `web,dramatiq` and `embedded,web` are each installed
+from the built wheel into a fresh virtual environment and run by `scripts/check-packaging` in
+CI; a command whose extra is missing says which one to install.
+
+delayq is licensed under the Apache License 2.0 (`LICENSE`).
+""",
+    )
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "transport-options.md": transport_page,
     "beat-settings.md": beat_page,
@@ -469,6 +610,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "cli.md": cli_page,
     "metrics.md": metrics_page,
     "python-api.md": api_page,
+    "compatibility.md": compatibility_page,
 }
 
 

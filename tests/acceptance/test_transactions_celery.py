@@ -11,7 +11,10 @@
 * several producer processes, each running transactions of which a seeded half roll back:
   exactly the committed orders get their receipt, once each, and every receipt finds its
   order;
-* a producer killed with SIGKILL inside its transaction: nothing of it runs.
+* a producer killed with SIGKILL inside its transaction: nothing of it runs;
+* a ``.delay()`` inside a transaction on another database than the broker's raises
+  ``delayq_transport.TransactionRefused`` itself (not kombu's ``OperationalError`` around it),
+  on the first try: the documented ``except`` catches it.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import kombu
 import psycopg
 import pytest
 from celery import chain, group
+from conftest import create_database, drop_database
 
-from delayq_transport import transaction
+from delayq_transport import TransactionRefused, transaction
 from delayq_transport.transport.backend import Backend
 
 from .conftest import CeleryProcess, executions, wait_until
@@ -186,3 +191,44 @@ def test_a_producer_killed_inside_its_transaction_publishes_nothing(
     mark.delay("sentinel")
     wait_until(lambda: args_run(orders) == ["sentinel"])
     assert executions(orders, "receipt") == []
+
+
+def test_a_refusal_reaches_the_view_as_transaction_refused_on_the_first_try(
+        producer: Any, database_url: str) -> None:
+    """What docs/how-to/transactions.md#errors promises a view: ``except TransactionRefused``
+    around ``.delay()`` catches the wrong-database refusal. kombu wraps only the errors the
+    transport declares recoverable, and retries only those: a refusal is neither, so it is
+    raised as is, and kombu's ``ensure`` calls its errback (once per retry) never."""
+    from .celery_app import mark
+
+    mark.delay("warm")  # the producer's transport is connected before the refused publish
+    other = f"delayq_other_{os.getpid()}"
+    other_url = create_database(other)
+    try:
+        with psycopg.connect(other_url) as conn:
+            conn.execute(ORDERS_DDL)
+            with transaction(conn):
+                conn.execute("INSERT INTO orders VALUES ('o1')")
+                try:
+                    mark.delay("refused")
+                except TransactionRefused as refused:
+                    caught: Exception | None = refused
+                else:
+                    caught = None
+                assert caught is not None, "no TransactionRefused"
+                assert not isinstance(caught, kombu.exceptions.OperationalError)
+                assert other in str(caught) and "nothing was published" in str(caught)
+                retries: list[BaseException] = []
+                with producer.connection_for_write() as connection:
+                    publish = connection.ensure(
+                        connection, lambda: kombu.Producer(connection).publish(
+                            "x", routing_key="celery"),
+                        errback=lambda exc, interval: retries.append(exc), max_retries=3)
+                    with pytest.raises(TransactionRefused):
+                        publish()
+                assert retries == []
+            conn.commit()  # the caller's transaction is intact: its own row commits
+            assert conn.execute("SELECT id FROM orders").fetchall() == [("o1",)]
+    finally:
+        drop_database(other)
+    assert rows_of(database_url) == 1  # "warm" only (no worker runs here)
