@@ -67,12 +67,10 @@ class Context:
         ``--pool-size`` (the queue closes it)."""
         db = Database(self.require_url(), min_size=0, max_size=self.pool_size)
         try:
-            queue = DelayedQueue(db, table=self.table)
+            return DelayedQueue(db, table=self.table, owns_database=True)
         except BaseException:
-            db.close()
+            db.close()  # a failure before the queue took it over
             raise
-        queue._owns_db = True
-        return queue
 
 
 class DelayqGroup(click.Group):

@@ -45,6 +45,8 @@ class DelayedQueue(Offering, OnceOffering):
     Parameters:
       database: a libpq URL (the queue opens and closes its own pool) or a shared
         ``Database``.
+      owns_database: close the ``Database`` given with the queue (and when the queue's
+        construction fails): a pool made for this queue alone and handed over.
       kind: the partition this queue offers to and polls (``pKind``).
       table: the queue table (a validated identifier).
       acquire_timeout: lease of a polled message (seconds or a timedelta); an unacknowledged
@@ -72,6 +74,7 @@ class DelayedQueue(Offering, OnceOffering):
         relaxed_consumer_commits: bool = False,
         low_watermark: bool = False,
         full_rescan_interval: float = DEFAULT_FULL_RESCAN_INTERVAL_S,
+        owns_database: bool = False,
     ) -> None:
         self.kind = validate_kind(kind)
         self.queries = Queries(table)
@@ -92,7 +95,7 @@ class DelayedQueue(Offering, OnceOffering):
                           next_search_interval_s=next_search_interval(self.lease_ms))
             if low_watermark else None
         )
-        self._owns_db = isinstance(database, str)
+        self._owns_db = owns_database or isinstance(database, str)
         self.db = (
             Database(database, max_size=pool_max_size) if isinstance(database, str) else database
         )
