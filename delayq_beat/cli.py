@@ -17,7 +17,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from delayq_transport.cli import STATUS_HOOKS, Context, console, register
+from delayq_transport.commands import STATUS_HOOKS, Context, console, register
 from delayq_transport.core.errors import InvalidInput
 from delayq_transport.core.queue import DelayedQueue
 from delayq_transport.core.timeutil import from_ms, to_ms

@@ -1,7 +1,8 @@
 """The ``delayq`` command: schema, status, and the demo.
 
 The database URL comes from ``--database-url`` or ``DELAYQ_DATABASE_URL``; sibling packages add
-their own sub-commands (``delayq beat ...``, ``delayq spark-report``) through :func:`register`.
+their own sub-commands (``delayq beat ...``, ``delayq spark-report``) through the registry below
+them (:mod:`delayq_transport.commands`), which this group reads.
 """
 
 from __future__ import annotations
@@ -10,18 +11,17 @@ import importlib
 import sys
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
+from ..commands import COMMANDS, DEFAULT_POOL_SIZE, STATUS_HOOKS, Context, console, register
 from ..core import validate_table_name
 from ..core.db import Database, mask_password
 from ..core.errors import DelayqError
 from ..core.periodic import PeriodicStore
-from ..core.queue import DelayedQueue
 from ..core.schema import MIGRATIONS, migrate
 from .status import run_status, status_options
 
-console = Console()
+__all__ = ["STATUS_HOOKS", "Context", "console", "load_plugins", "main", "register"]
 
 #: Sub-commands that live in plugin modules, and the modules that provide them (a listing hook
 #: rides with its command: Dramatiq's periodic actors join ``delayq beat list``). A module is
@@ -44,33 +44,6 @@ PLUGIN_MODULES = tuple(dict.fromkeys(m for mods in LAZY_COMMANDS.values() for m 
 
 #: Modules whose hooks add sections to ``delayq status`` when the table has periodic entries.
 STATUS_PLUGIN_MODULES = ("delayq_beat.cli",)
-
-
-#: Most connections ``delayq`` opens (``delayq web`` serves requests on several threads).
-DEFAULT_POOL_SIZE = 8
-
-
-class Context:
-    def __init__(self, database_url: str | None, table: str,
-                 pool_size: int = DEFAULT_POOL_SIZE) -> None:
-        self.database_url = database_url
-        self.table = table
-        self.pool_size = pool_size
-
-    def require_url(self) -> str:
-        if not self.database_url:
-            raise click.UsageError("no database: pass --database-url or set DELAYQ_DATABASE_URL")
-        return self.database_url
-
-    def queue(self) -> DelayedQueue:
-        """The table's queue on a pool that opens connections on first use, up to
-        ``--pool-size`` (the queue closes it)."""
-        db = Database(self.require_url(), min_size=0, max_size=self.pool_size)
-        try:
-            return DelayedQueue(db, table=self.table, owns_database=True)
-        except BaseException:
-            db.close()  # a failure before the queue took it over
-            raise
 
 
 class DelayqGroup(click.Group):
@@ -143,20 +116,15 @@ def status_cmd(obj: Context, as_json: bool, exact: bool, cap: int) -> None:
                    hooks=STATUS_HOOKS, obj=obj)
 
 
-#: Extra sections for ``delayq status`` (beat adds its next occurrences per entry).
-STATUS_HOOKS: list = []
-
-
-def register(command: click.Command) -> None:
-    if command.name not in main.commands:
-        main.add_command(command)
-
-
 def load_plugins(modules: tuple[str, ...] = PLUGIN_MODULES) -> None:
-    """Import plugin modules (all by default); each registers its commands and hooks."""
+    """Import plugin modules (all by default); each registers its commands and hooks
+    (:mod:`delayq_transport.commands`), and every command registered so far joins ``main``."""
     for name in modules:
         try:
             importlib.import_module(name)
         except ImportError as exc:
             if exc.name is None or not name.startswith(exc.name):
                 raise
+    for name, command in COMMANDS.items():
+        if name not in main.commands:
+            main.add_command(command)

@@ -8,11 +8,11 @@ import sys
 import click
 from rich.table import Table
 
+from ..commands import Context, console, register
 from ..core.counts import COUNT_CAP
 from ..core.db import Database, mask_password
 from ..core.grants import ROLE_PROFILES, grants_for
 from ..core.uninstall import UninstallPlan, UninstallRefused, plan_uninstall, uninstall
-from .main import Context, console, register
 
 
 @click.command("grants")

@@ -13,6 +13,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ..commands import Context, console, register
 from ..core import search
 from ..tasks import (
     TaskFilter,
@@ -25,7 +26,6 @@ from ..tasks import (
 )
 from ..tasks.filters import STATES
 from .deadletters import dead_letters_group
-from .main import Context, console, register
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from ..cli import Context, console, register
+from ..commands import Context, console, register
 
 if TYPE_CHECKING:
     from .read import QueueReport
