@@ -407,7 +407,7 @@ def test_broker_url_alias_and_beat_scheduler_entry_point() -> None:
             "assert c.transport_cls == 'delayq', c.transport_cls; "
             "from kombu.transport import resolve_transport; "
             "mod = resolve_transport('delayq').__module__; "
-            "assert mod == 'delayq_transport.transport.transport', mod; "
+            "assert mod == 'delayq_transport.transport.kombu_transport', mod; "
             "from celery.beat import Scheduler; from importlib.metadata import entry_points; "
             "[ep] = entry_points(group='celery.beat_schedulers', name='delayq'); "
             "assert ep.load().__name__ == 'Scheduler'")
