@@ -70,27 +70,29 @@ class Pooled:
     def insert_one(self, params: dict[str, Any]) -> int | None:
         direct = self.queries.direct("offer_insert")  # the hot path: on libpq itself
         kind = params["kind"]
-        at = self._announced(lambda p: direct.first(self.conn, p), params,
-                             lambda at: () if at is None else ((kind, int(at)),))
+        at = self.announced(lambda wakeup: direct.first(self.conn, {**params, **wakeup}),
+                            lambda at: () if at is None else ((kind, int(at)),))
         return None if at is None else int(at)
 
     def insert_batch(self, params: dict[str, Any]) -> list[CreatedRow]:
-        return self._announced(
-            lambda p: named("offer_batch_insert", self.run("offer_batch_insert", p)), params,
+        return self.announced(
+            lambda wakeup: named("offer_batch_insert",
+                                 self.run("offer_batch_insert", {**params, **wakeup})),
             lambda rows: [(r.kind, r.scheduled_at) for r in rows])
 
     def locked(self) -> AbstractContextManager[Any]:
         return self.conn.transaction()
 
-    def _announced(self, send: Callable[[dict[str, Any]], R], params: dict[str, Any],
-                   created: Callable[[R], Sequence[tuple[str, int]]]) -> R:
-        """``send`` an insert and commit it. The publish that opens the announcer's window
-        carries the wake-up in its own statement; the others note their ``created`` rows
-        there after the commit. One that created no row gives back what it carried."""
+    def announced(self, send: Callable[[dict[str, Any]], R],
+                  created: Callable[[R], Sequence[tuple[str, int]]]) -> R:
+        """``send(wakeup)``: statements that insert rows, given ``wakeup`` (the ``announce``
+        and ``pending`` parameters of the insert), then commit. The publish that opens the
+        announcer's window carries the wake-up in its own statement; the others note the
+        ``(kind, scheduledAt)`` of the rows ``created`` there after the commit. One that
+        created no row gives back what it carried (nothing was notified either)."""
         carried = self.announcer.take()
         try:
-            result = send({**params, "announce": carried is not None,
-                           "pending": payloads(carried)})
+            result = send({"announce": carried is not None, "pending": payloads(carried)})
             if self.conn.pgconn.transaction_status != TransactionStatus.IDLE:
                 # Behind a transaction pooler every statement runs in a transaction that
                 # Database opened: a failed commit is the caller's to see.
@@ -104,7 +106,7 @@ class Pooled:
             if rows:
                 self.announcer.note(rows)
         elif carried and not rows:
-            self.announcer.restore(carried)  # nothing inserted: nothing notified either
+            self.announcer.restore(carried)
         return result
 
 
