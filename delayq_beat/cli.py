@@ -17,12 +17,12 @@ from typing import Any
 import click
 from rich.table import Table
 
-from delayq_transport.cli import STATUS_HOOKS, Context, console, register
-from delayq_transport.cli.output import emit, json_option
+from delayq_transport.commands import STATUS_HOOKS, Context, console, register
 from delayq_transport.core.errors import InvalidInput
 from delayq_transport.core.queue import DelayedQueue
 from delayq_transport.core.timeutil import from_ms, to_ms
 from delayq_transport.formats.celery import queue_of_kind
+from delayq_transport.output import emit, json_option
 from delayq_transport.scheduling.djbeat import listing_fields
 from delayq_transport.scheduling.entries import instant
 from delayq_transport.scheduling.listing import LEDGERS, ListedEntry, list_entries

@@ -115,8 +115,8 @@ class Scheduler(beat.Scheduler):
     def _open(self) -> None:
         url, table = database_url(self.app), table_name(self.app)
         pool_size = int(setting(self.app, "delayq_beat_pool_size"))
-        queue = DelayedQueue(Database(url, min_size=0, max_size=pool_size), table=table)
-        queue._owns_db = True
+        queue = DelayedQueue(Database(url, min_size=0, max_size=pool_size), table=table,
+                             owns_database=True)
         store = BeatStore(queue.db, table)  # registers and applies migration 10
         self._source = self._open_source(queue, table)
         # Import mode: say when an imported django-celery-beat task was edited there since.

@@ -114,7 +114,7 @@ def check_dramatiq(url: str) -> None:
         print(f"hello {name}")
 
     message = hello.send_with_options(args=("later",), delay=500)
-    assert broker.queue.count_waiting(broker.kinds_of("smoke")) == 1, "no waiting row"
+    assert broker.queue.count_waiting(broker.kinds_for("smoke")) == 1, "no waiting row"
     consumer = broker.consume("smoke", timeout=200)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -10,10 +10,10 @@ from contextlib import contextmanager
 import click
 from rich.table import Table
 
+from ..commands import Context, console
+from ..output import emit, json_option
 from ..tasks import decode_cursor, encode_cursor
 from ..tasks.deadletters import DeadLetterService
-from .main import Context, console
-from .output import emit, json_option
 
 
 @contextmanager

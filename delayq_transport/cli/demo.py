@@ -27,11 +27,11 @@ import click
 from rich.live import Live
 from rich.table import Table
 
+from ..commands import Context, console, register
 from ..core.db import Database, mask_password
 from ..core.queue import DelayedQueue
 from ..core.runlog import DEMO_QUEUE, DEMO_TABLE, DemoSite, RunLog, demo_tables
 from . import embedded
-from .main import Context, console, register
 
 COUNTDOWNS_S = (1, 2, 3, 5, 8)
 RETRY_AFTER_S = 3

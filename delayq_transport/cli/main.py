@@ -1,7 +1,8 @@
 """The ``delayq`` command: schema, status, and the demo.
 
 The database URL comes from ``--database-url`` or ``DELAYQ_DATABASE_URL``; sibling packages add
-their own sub-commands (``delayq beat ...``, ``delayq spark-report``) through :func:`register`.
+their own sub-commands (``delayq beat ...``, ``delayq spark-report``) through the registry below
+them (:mod:`delayq_transport.commands`), which this group reads.
 """
 
 from __future__ import annotations
@@ -10,18 +11,16 @@ import importlib
 
 import click
 
+from ..commands import COMMANDS, DEFAULT_POOL_SIZE, STATUS_HOOKS, Context, console, register
 from ..core import validate_table_name
 from ..core.db import Database, mask_password
 from ..core.errors import DelayqError
 from ..core.periodic import PeriodicStore
-from ..core.queue import DelayedQueue
-from ..core.schema import MIGRATIONS, migrate, require_schema
+from ..core.schema import MIGRATIONS, migrate
 from .errors import fail
-from .output import CliConsole
 from .status import run_status, status_options
 
-#: Everything a command prints but JSON (errors go to stderr: .errors).
-console = CliConsole()
+__all__ = ["STATUS_HOOKS", "Context", "console", "load_plugins", "main", "register"]
 
 #: Who may create or change delayq's schema, and why only they (the CLI reference renders it).
 SCHEMA_WRITERS: dict[str, str] = {
@@ -63,42 +62,6 @@ PLUGIN_MODULES = tuple(dict.fromkeys(m for mods in LAZY_COMMANDS.values() for m 
 
 #: Modules whose hooks add sections to ``delayq status`` when the table has periodic entries.
 STATUS_PLUGIN_MODULES = ("delayq_beat.cli",)
-
-
-#: Most connections ``delayq`` opens (``delayq web`` serves requests on several threads).
-DEFAULT_POOL_SIZE = 8
-
-
-class Context:
-    def __init__(self, database_url: str | None, table: str,
-                 pool_size: int = DEFAULT_POOL_SIZE) -> None:
-        self.database_url = database_url
-        self.table = table
-        self.pool_size = pool_size
-
-    def require_url(self) -> str:
-        if not self.database_url:
-            raise click.UsageError("no database: pass --database-url or set DELAYQ_DATABASE_URL")
-        return self.database_url
-
-    def queue(self) -> DelayedQueue:
-        """The table's queue on a pool that opens connections on first use, up to
-        ``--pool-size`` (the queue closes it). Checks the schema and never creates it
-        (:data:`SCHEMA_WRITERS`): only ``delayq migrate`` does."""
-        db = Database(self.require_url(), min_size=0, max_size=self.pool_size)
-        try:
-            require_schema(db, self.table)
-            queue = DelayedQueue(db, table=self.table, ensure_schema=False)
-        except BaseException:
-            db.close()
-            raise
-        queue._owns_db = True
-        return queue
-
-    def require_schema(self) -> None:
-        """The check of :meth:`queue` for a command that reads the table another way (Spark)."""
-        with Database(self.require_url(), min_size=0, max_size=1) as db:
-            require_schema(db, self.table)
 
 
 class DelayqGroup(click.Group):
@@ -173,20 +136,15 @@ def status_cmd(obj: Context, as_json: bool, exact: bool, cap: int) -> None:
                    hooks=STATUS_HOOKS, obj=obj)
 
 
-#: Extra sections for ``delayq status`` (beat adds its next occurrences per entry).
-STATUS_HOOKS: list = []
-
-
-def register(command: click.Command) -> None:
-    if command.name not in main.commands:
-        main.add_command(command)
-
-
 def load_plugins(modules: tuple[str, ...] = PLUGIN_MODULES) -> None:
-    """Import plugin modules (all by default); each registers its commands and hooks."""
+    """Import plugin modules (all by default); each registers its commands and hooks
+    (:mod:`delayq_transport.commands`), and every command registered so far joins ``main``."""
     for name in modules:
         try:
             importlib.import_module(name)
         except ImportError as exc:
             if exc.name is None or not name.startswith(exc.name):
                 raise
+    for name, command in COMMANDS.items():
+        if name not in main.commands:
+            main.add_command(command)

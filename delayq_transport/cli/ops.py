@@ -8,12 +8,12 @@ import sys
 import click
 from rich.table import Table
 
+from ..commands import Context, console, register
 from ..core.counts import COUNT_CAP
 from ..core.db import Database, mask_password
 from ..core.grants import ROLE_PROFILES, grants_for
 from ..core.uninstall import UninstallPlan, UninstallRefused, plan_uninstall, uninstall
-from .main import Context, console, register
-from .output import emit, json_option
+from ..output import emit, json_option
 
 
 @click.command("grants")

@@ -23,7 +23,7 @@ from ..core.queue import DelayedQueue
 from ..core.timeutil import from_ms
 from ..core.types import KindStatus
 from ..formats.celery import queue_of_kind
-from .output import json_option
+from ..output import json_option
 
 LEVEL_STYLE = {"warning": "yellow", "critical": "bold red"}
 

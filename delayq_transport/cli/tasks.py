@@ -13,7 +13,9 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ..commands import Context, console, register
 from ..core import search
+from ..output import emit, json_option
 from ..tasks import (
     TaskFilter,
     TaskService,
@@ -25,8 +27,6 @@ from ..tasks import (
 )
 from ..tasks.filters import STATES
 from .deadletters import dead_letters_group
-from .main import Context, console, register
-from .output import emit, json_option
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from .errors import DatabaseUnavailable
@@ -50,7 +50,7 @@ class OfferCombiner:
     """
 
     def __init__(self, write_one: Callable[[Params], int | None],
-                 write_many: Callable[[list[Params]], list[tuple[Any, ...]]]) -> None:
+                 write_many: Callable[[list[Params]], Sequence[tuple[Any, ...]]]) -> None:
         self.write_one = write_one
         self.write_many = write_many
         self._reset()

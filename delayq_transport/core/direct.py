@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -39,9 +39,11 @@ _OK = (ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK)
 
 class DirectStatement:
     """A named statement prepared once per connection and executed by libpq: ``first`` for
-    the publish (its row's ``scheduledAt``, as text), ``rows`` for the poll."""
+    the publish (its row's ``scheduledAt``, as text), ``rows`` for the poll, each row made by
+    ``make_row`` (core/rows.py: the statement's named row type)."""
 
-    def __init__(self, name: str, query: str) -> None:
+    def __init__(self, name: str, query: str,
+                 make_row: Callable[[Any], tuple[Any, ...]] = tuple) -> None:
         names: list[str] = []
         binary: dict[str, bool] = {}
 
@@ -62,6 +64,7 @@ class DirectStatement:
         self.name = f"delayq_{name}_{hashlib.sha1(self.sql).hexdigest()[:12]}".encode()
         self.names = tuple(names)
         self.formats = [1 if binary[n] else 0 for n in names]
+        self.make_row = make_row
 
     def run(self, conn: psycopg.Connection[Any], params: Mapping[str, Any]) -> Any:
         """Execute on ``conn`` (idle, autocommit) and return libpq's result (text format);
@@ -98,7 +101,7 @@ class DirectStatement:
         result = self.run(conn, params)
         loader: abc.Transformer = conn._delayq_direct.loader  # type: ignore[attr-defined]
         loader.set_pgresult(result)
-        return loader.load_rows(0, result.ntuples, tuple)
+        return loader.load_rows(0, result.ntuples, self.make_row)
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         _check(conn, conn.pgconn.prepare(self.name, self.sql, None))

@@ -7,8 +7,9 @@ carried in a publish's own insert, delivered at its commit, at most once per kin
 (core/announce.py).
 
 Inside :func:`~.joined.transaction` (or a framework's transaction the Django app names), an
-offer is written in the caller's transaction instead (core/joined_offer.py): the only change to
-this path is asking :func:`~.joined.current`.
+offer is written in the caller's transaction instead. Both run the same code below over an
+:class:`~.executor.Executor`: delayq's pooled connection or the caller's (core/executor.py
+says what differs); :func:`~.joined.current` picks which.
 """
 
 from __future__ import annotations
@@ -19,13 +20,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 
-from . import joined_offer
-from .announce import payloads
 from .combine import ALONE, OfferCombiner
-from .db import cursor_of
 from .errors import DatabaseError
+from .executor import Executor, InCaller, Pooled
 from .joined import current
 from .offer_rows import (
     MAX_CAS_ATTEMPTS,
@@ -34,6 +32,7 @@ from .offer_rows import (
     chunk_outcomes,
     replacement,
 )
+from .rows import CreatedRow
 from .timeutil import duration_ms
 from .types import Offer, OfferOutcome
 from .validate import MsMemo, scheduled_ms, validate_key, validate_payload
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
     from .announce import Announcer
     from .db import Database
     from .queries import Queries
-
 
 
 class Offering:
@@ -59,9 +57,6 @@ class Offering:
         raise NotImplementedError
 
     def _lower(self, kind: str, at_ms: int) -> None:
-        raise NotImplementedError
-
-    def lower_watermark(self, kind: str, at_ms: int) -> None:
         raise NotImplementedError
 
     def _make_combiners(self) -> dict[bool, OfferCombiner]:
@@ -89,7 +84,8 @@ class Offering:
         params = self._offer_params(key, payload, scheduled_at)
         lead_ms = None if min_lead is None else duration_ms(min_lead, what="min_lead")
         if (joined := current()) is not None:  # the caller's transaction (core/joined.py)
-            return joined_offer.offer(self, joined, params, can_update, lead_ms)
+            return self._offer_on(InCaller(joined, self.queries, self.db), params, can_update,
+                                  lead_ms)
         if lead_ms is None and self.clock is None:  # concurrent offers share a commit
             at = self._combiners[durable].offer(params)
             if at is not ALONE:
@@ -100,69 +96,37 @@ class Offering:
                     return OfferOutcome.IGNORED
                 # the key exists: the replace path below (its insert finds it again, or
                 # creates the row if it was consumed meanwhile)
+        return self._offer_pooled(params, can_update, lead_ms, durable)
 
+    def _offer_pooled(self, params: dict[str, Any], can_update: bool, lead_ms: int | None,
+                      durable: bool = True) -> OfferOutcome:
         def work(conn: psycopg.Connection[Any]) -> OfferOutcome:
-            return self._offer_on(conn, params, can_update, lead_ms)
+            return self._offer_on(self._pooled(conn), params, can_update, lead_ms)
 
         return self.db.run(work, relaxed=not durable)
+
+    def _pooled(self, conn: psycopg.Connection[Any]) -> Pooled:
+        return Pooled(conn, self.queries, self.announcer)
 
     def _insert_one(self, durable: bool) -> Callable[[dict[str, Any]], int | None]:
         """The combiner's write of a lone offer: ``offer_insert`` on libpq (core/direct.py)."""
 
         def work(conn: psycopg.Connection[Any], params: dict[str, Any]) -> int | None:
-            return self._insert_on(conn, params)
+            return self._pooled(conn).insert_one(params)
 
         return lambda params: self.db.run(partial(work, params=params), relaxed=not durable)
 
-    def _insert_on(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> int | None:
-        """``offer_insert`` committed on ``conn``: the row's ``scheduledAt``, or None when its
-        key exists. The publish that opens the announcer's window carries the wake-up in its
-        own statement (core/announce.py); the others leave theirs pending there."""
-        carried = self.announcer.take()
-        try:
-            at = self.queries.direct("offer_insert").first(
-                conn, {**params, "announce": carried is not None,
-                       "pending": payloads(carried)})
-            _commit(conn)
-        except BaseException:
-            if carried:
-                self.announcer.restore(carried)
-            raise
-        if at is None:
-            if carried:
-                self.announcer.restore(carried)  # nothing inserted: nothing notified either
-            return None
-        if carried is None:
-            self.announcer.note(((params["kind"], int(at)),))
-        return int(at)
-
-    def _insert_many(self, durable: bool
-                     ) -> Callable[[list[dict[str, Any]]], list[tuple[Any, ...]]]:
+    def _insert_many(self, durable: bool) -> Callable[[list[dict[str, Any]]], list[CreatedRow]]:
         """The combiner's write of offers that gathered: one ``offer_batch_insert``."""
         return lambda chunk: self._insert_rows(chunk, None, durable)
 
     def _insert_rows(self, chunk: list[dict[str, Any]], lead_ms: int | None, durable: bool
-                     ) -> list[tuple[Any, ...]]:
-        """One multi-row insert; the created rows' ``(pKey, pKind, scheduledAt)``, announced."""
+                     ) -> list[CreatedRow]:
+        """One multi-row insert, committed and announced: the rows created."""
         params = batch_params(chunk, lead_ms)
-        statement = self.queries["offer_batch_insert"]
 
-        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            carried = self.announcer.take()  # as in _insert_on
-            try:
-                rows = cursor_of(conn).execute(statement, {
-                    **params, "announce": carried is not None,
-                    "pending": payloads(carried)}).fetchall()
-                _commit(conn)
-            except BaseException:
-                if carried:
-                    self.announcer.restore(carried)
-                raise
-            if carried is None:
-                self.announcer.note((r[1], r[2]) for r in rows)
-            elif carried and not rows:
-                self.announcer.restore(carried)
-            return rows
+        def work(conn: psycopg.Connection[Any]) -> list[CreatedRow]:
+            return self._pooled(conn).insert_batch(params)
 
         return self.db.run(work, relaxed=not durable)
 
@@ -177,43 +141,32 @@ class Offering:
             "now": self._now_ms(),
         }
 
-    def _offer_on(
-        self,
-        conn: psycopg.Connection[Any],
-        params: dict[str, Any],
-        can_update: bool,
-        lead_ms: int | None,
-    ) -> OfferOutcome:
-        q = self.queries
+    def _offer_on(self, ex: Executor, params: dict[str, Any], can_update: bool,
+                  lead_ms: int | None) -> OfferOutcome:
+        """The one offer of one validated row, whichever connection ``ex`` runs it on: insert,
+        or find the row (locked) and replace it by compare-and-swap, until one of them wins."""
         for _ in range(MAX_CAS_ATTEMPTS):
-            too_close = lead_ms is not None and self._too_close(conn, params, lead_ms)
-            if not too_close and (at := self._insert_on(conn, params)) is not None:
+            too_close = lead_ms is not None and _too_close(ex, params, lead_ms)
+            if not too_close and (at := ex.insert_one(params)) is not None:
                 self._lower(params["kind"], at)
                 return OfferOutcome.CREATED
             if not can_update:
                 return OfferOutcome.IGNORED
-            cur = cursor_of(conn)  # the rare replace path only: a publish needs no cursor
-            with conn.transaction():
-                row = cur.execute(q["offer_select_for_update"], params).fetchone()
-                if row is None:
+            with ex.locked():
+                found = ex.run("offer_select_for_update", params)
+                if not found:
                     if too_close:
                         return OfferOutcome.IGNORED
                     continue  # consumed meanwhile: insert again
-                cas = replacement(row, params)
+                cas = replacement(found[0], params)
                 if cas is None:
                     return OfferOutcome.IGNORED
-                if row := cur.execute(q["offer_cas_update"], cas).fetchone():
-                    self._lower(params["kind"], row[0])
+                # The update trigger sends this row's wake-up (in the caller's transaction:
+                # at its commit).
+                if updated := ex.run("offer_cas_update", cas):
+                    self._lower(params["kind"], int(updated[0][0]))
                     return OfferOutcome.UPDATED
         raise DatabaseError(f"offer({params['key']!r}) lost {MAX_CAS_ATTEMPTS} compare-and-swaps")
-
-    def _too_close(
-        self, conn: psycopg.Connection[Any], params: dict[str, Any], lead_ms: int
-    ) -> bool:
-        now = conn.execute(self.queries["db_now"], params).fetchone()
-        assert now is not None
-        at = params["scheduled_at"]
-        return at is None or at <= now[0] + lead_ms
 
     def offer_batch(
         self,
@@ -234,33 +187,33 @@ class Offering:
         prepared = [self._offer_params(*item, memo=memo) for item in items]
         lead_ms = None if min_lead is None else duration_ms(min_lead, what="min_lead")
         if (joined := current()) is not None:  # the caller's transaction (core/joined.py)
-            return joined_offer.offer_batch(self, joined, prepared, can_update, lead_ms,
-                                            chunk_size)
+            ex = InCaller(joined, self.queries, self.db)
+            return self._offer_chunks(
+                prepared, chunk_size, can_update,
+                lambda chunk: ex.insert_batch(batch_params(chunk, lead_ms)),
+                lambda p: self._offer_on(ex, p, True, lead_ms))
+        # On delayq's pool each chunk commits on its own, and each replace (durably).
+        return self._offer_chunks(
+            prepared, chunk_size, can_update,
+            partial(self._insert_rows, lead_ms=lead_ms, durable=durable),
+            partial(self._offer_pooled, can_update=True, lead_ms=lead_ms))
+
+    def _offer_chunks(
+        self, prepared: list[dict[str, Any]], chunk_size: int, can_update: bool,
+        insert: Callable[[list[dict[str, Any]]], list[CreatedRow]],
+        existing: Callable[[dict[str, Any]], OfferOutcome],
+    ) -> list[OfferOutcome]:
+        """``insert`` each chunk, then the outcomes in input order, ``existing`` offering a
+        key that was not created (when ``can_update``)."""
         outcomes: list[OfferOutcome] = []
         for start in range(0, len(prepared), chunk_size):
             chunk = prepared[start : start + chunk_size]
-            outcomes += self._offer_chunk(chunk, can_update, lead_ms, durable)
+            outcomes += chunk_outcomes(chunk, insert(chunk), can_update, existing, self._lower)
         return outcomes
 
-    def _offer_chunk(
-        self, chunk: list[dict[str, Any]], can_update: bool, lead_ms: int | None,
-        durable: bool = True,
-    ) -> list[OfferOutcome]:
-        rows = self._insert_rows(chunk, lead_ms, durable)
-        return chunk_outcomes(chunk, rows, can_update,
-                              lambda p: self._offer_existing(p, lead_ms), self._lower)
 
-    def _offer_existing(self, params: dict[str, Any], lead_ms: int | None) -> OfferOutcome:
-        """The one-by-one fallback of offer_batch for keys that already had a row."""
-
-        def work(conn: psycopg.Connection[Any]) -> OfferOutcome:
-            return self._offer_on(conn, params, True, lead_ms)
-
-        return self.db.run(work)
-
-
-def _commit(conn: psycopg.Connection[Any]) -> None:
-    """Commit what ``conn`` holds open (behind a transaction pooler every statement runs in a
-    transaction that :class:`~.db.Database` opened), so a failed commit is the caller's to see."""
-    if conn.pgconn.transaction_status != TransactionStatus.IDLE:
-        conn.commit()
+def _too_close(ex: Executor, params: dict[str, Any], lead_ms: int) -> bool:
+    """Whether the row would be due before now + ``lead_ms`` (by the queue's clock)."""
+    now = ex.run("db_now", params)[0][0]
+    at = params["scheduled_at"]
+    return at is None or at <= now + lead_ms

@@ -1,5 +1,5 @@
 """What a publish sends and what its result means, whichever connection runs it: delayq's own
-(core/offer.py) or the caller's, inside its transaction (core/joined_offer.py)."""
+(core/offer.py over core/executor.py) or the caller's, inside its transaction."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from .announce import MAX_LISTED
 from .db import as_arrays
+from .rows import CreatedRow
 from .types import OfferOutcome, StoredMessage
 
 #: Rows per multi-row insert; bounded so one statement never carries an unbounded payload.
@@ -38,17 +39,17 @@ def batch_params(chunk: list[dict[str, Any]], lead_ms: int | None) -> dict[str, 
 
 def chunk_outcomes(
     chunk: list[dict[str, Any]],
-    rows: Sequence[tuple[Any, ...]],
+    rows: Sequence[CreatedRow],
     can_update: bool,
     existing: Callable[[dict[str, Any]], OfferOutcome],
     lower: Callable[[str, int], None],
 ) -> list[OfferOutcome]:
-    """Outcomes in input order from the created rows' ``(pKey, pKind, scheduledAt)``: a key
+    """Outcomes in input order from the rows created: a key
     not created existed already (or repeats in the chunk) and goes through ``existing`` when
     ``can_update``, else it is IGNORED."""
     if rows:
-        lower(rows[0][1], min(int(r[2]) for r in rows))  # one kind per DelayedQueue
-    created = {row[0] for row in rows}
+        lower(rows[0].kind, min(int(r.scheduled_at) for r in rows))  # one kind per queue
+    created = {row.key for row in rows}
     outcomes: list[OfferOutcome] = []
     for p in chunk:
         if p["key"] in created:

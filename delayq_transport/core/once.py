@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
 
-from .announce import MAX_LISTED, Wakeups
-from .announce import payloads as pending_payloads
+from .announce import MAX_LISTED
 from .db import as_arrays, cursor_of
+from .executor import Pooled
+from .rows import named
 from .validate import (
     MAX_KEY_CHARS,
     MsMemo,
@@ -137,17 +138,9 @@ class OnceOffering:
         for i, p in enumerate(chunk):
             first.setdefault(p["id"], i)
         leaders = [chunk[i] for i in first.values()]
-        carried = self.announcer.take()
-        try:
-            claimed, created, identical = self._once_transaction(conn, leaders, carried)
-        except BaseException:
-            if carried:
-                self.announcer.restore(carried)
-            raise
-        if carried is None:
-            self.announcer.note(created.values())
-        elif carried and not created:
-            self.announcer.restore(carried)  # nothing inserted: nothing notified either
+        claimed, created, identical = Pooled(conn, self.queries, self.announcer).announced(
+            lambda wakeup: self._once_transaction(conn, leaders, wakeup),
+            lambda result: list(result[1].values()))
         for kind, at in created.values():
             self._lower(kind, at)
         by_id = {p["id"]: (OnceOutcome.CREATED if p["id"] in created
@@ -158,7 +151,7 @@ class OnceOffering:
                 else OnceOutcome.RECORDED for i, p in enumerate(chunk)]
 
     def _once_transaction(self, conn: psycopg.Connection[Any], leaders: list[dict[str, Any]],
-                          carried: Wakeups | None
+                          wakeup: dict[str, Any]
                           ) -> tuple[set[str], dict[str, tuple[str, int]], set[str]]:
         """(ids claimed, once_id -> (kind, scheduledAt) of the rows created, ids whose key
         held their very payload), committed together."""
@@ -168,7 +161,7 @@ class OnceOffering:
             claimed = {r[0] for r in cur.execute(self.queries["once_claim"], {
                 "ids": [p["id"] for p in leaders], "part": ONCE_PART, "now": now}).fetchall()}
             fresh = [p for p in leaders if p["id"] in claimed]
-            created = self._once_insert(cur, fresh, now, carried)
+            created = self._once_insert(cur, fresh, now, wakeup)
             taken = [p for p in fresh if p["id"] not in created]
             identical = self._once_identical(cur, taken)
             conflicts = [p["id"] for p in taken if p["id"] not in identical]
@@ -177,7 +170,7 @@ class OnceOffering:
         return claimed, created, identical
 
     def _once_insert(self, cur: psycopg.Cursor[Any], fresh: list[dict[str, Any]],
-                     now: int | None, carried: Wakeups | None
+                     now: int | None, wakeup: dict[str, Any]
                      ) -> dict[str, tuple[str, int]]:
         """Insert the first offer of each key and kind; once_id -> (kind, scheduledAt) of each
         row created (a later offer of the same key then meets it as taken)."""
@@ -189,11 +182,10 @@ class OnceOffering:
         ordered = [firsts[k] for k in sorted(firsts)]  # same lock order in every caller
         keys, kinds, payloads, ats = as_arrays(
             [(p["key"], p["kind"], p["payload"], p["at"]) for p in ordered], 4)
-        rows = cur.execute(self.queries["offer_batch_insert"], {
+        rows = named("offer_batch_insert", cur.execute(self.queries["offer_batch_insert"], {
             "keys": keys, "kinds": kinds, "payloads": payloads, "ats": ats, "now": now,
-            "min_lead_ms": None, "max_listed": MAX_LISTED, "announce": carried is not None,
-            "pending": pending_payloads(carried)}).fetchall()
-        return {firsts[(r[0], r[1])]["id"]: (r[1], int(r[2])) for r in rows}
+            "min_lead_ms": None, "max_listed": MAX_LISTED, **wakeup}).fetchall())
+        return {firsts[(r.key, r.kind)]["id"]: (r.kind, int(r.scheduled_at)) for r in rows}
 
     def _once_identical(self, cur: psycopg.Cursor[Any], taken: Sequence[dict[str, Any]]
                         ) -> set[str]:

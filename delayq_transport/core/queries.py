@@ -14,6 +14,7 @@ from psycopg import sql
 
 from .direct import DirectStatement
 from .errors import InvalidInput
+from .rows import row_maker
 
 TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
 MIGRATIONS_TABLE = "delayq_migrations"
@@ -128,7 +129,8 @@ class Queries:
         """The statement run on libpq itself (core/direct.py), made once per table."""
         statement = self._direct.get(name)
         if statement is None:
-            statement = self._direct[name] = DirectStatement(name, self._text[name])
+            statement = self._direct[name] = DirectStatement(
+                name, self._text[name], row_maker(name))
         return statement
 
 

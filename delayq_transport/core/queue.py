@@ -22,6 +22,7 @@ from .leases import new_lock
 from .offer import Offering
 from .once import OnceOffering
 from .queries import Queries
+from .rows import PolledRow
 from .schema import ensure_schema as ensure_current_schema
 from .timeutil import duration_ms, from_ms, to_ms
 from .types import Envelope, KindStatus, StoredMessage
@@ -44,6 +45,8 @@ class DelayedQueue(Offering, OnceOffering):
     Parameters:
       database: a libpq URL (the queue opens and closes its own pool) or a shared
         ``Database``.
+      owns_database: close the ``Database`` given with the queue (and when the queue's
+        construction fails): a pool made for this queue alone and handed over.
       kind: the partition this queue offers to and polls (``pKind``).
       table: the queue table (a validated identifier).
       acquire_timeout: lease of a polled message (seconds or a timedelta); an unacknowledged
@@ -71,6 +74,7 @@ class DelayedQueue(Offering, OnceOffering):
         relaxed_consumer_commits: bool = False,
         low_watermark: bool = False,
         full_rescan_interval: float = DEFAULT_FULL_RESCAN_INTERVAL_S,
+        owns_database: bool = False,
     ) -> None:
         self.kind = validate_kind(kind)
         self.queries = Queries(table)
@@ -91,7 +95,7 @@ class DelayedQueue(Offering, OnceOffering):
                           next_search_interval_s=next_search_interval(self.lease_ms))
             if low_watermark else None
         )
-        self._owns_db = isinstance(database, str)
+        self._owns_db = owns_database or isinstance(database, str)
         self.db = (
             Database(database, max_size=pool_max_size) if isinstance(database, str) else database
         )
@@ -187,8 +191,8 @@ class DelayedQueue(Offering, OnceOffering):
         }
         statement = self.queries.direct("try_poll_many")  # on libpq itself: core/direct.py
 
-        def work(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return statement.rows(conn, params)
+        def work(conn: psycopg.Connection[Any]) -> list[PolledRow]:
+            return statement.rows(conn, params)  # type: ignore[return-value]  # core/rows.py
 
         try:
             rows = self.db.run(work, relaxed=self.relaxed)
@@ -197,19 +201,22 @@ class DelayedQueue(Offering, OnceOffering):
                 marks.abort(ticket)  # type: ignore[union-attr]
             raise
         # One row of the statement carries no message, only the next due time and its now.
-        last = next((r for r in rows if r[0] is None), None)
-        next_due = None if last is None else last[8]
-        rows = [r for r in rows if r[0] is not None]
+        last = next((r for r in rows if r.id is None), None)
+        next_due = None if last is None else last.next_due
+        rows = [r for r in rows if r.id is not None]
         if ticket is not None:
             taken_max: dict[str, int] = {}
             for r in rows:
-                taken_max[r[2]] = max(taken_max.get(r[2], r[4]), r[4])
+                taken_max[r.kind] = max(taken_max.get(r.kind, r.previous_at), r.previous_at)
             next_due = marks.finish(  # type: ignore[union-attr]
-                ticket, taken_max, n, len(rows), None if last is None else last[9], next_due)
-        rows.sort(key=lambda r: (r[7], r[4], r[0]))
+                ticket, taken_max, n, len(rows), None if last is None else last.polled_at,
+                next_due)
+        rows.sort(key=_delivery_order)
         ack = self.ack
         envelopes = [
-            Envelope(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], lock, r[4] > r[5], ack)
+            Envelope(r.id, r.key, r.kind, bytes(r.payload), r.previous_at,  # type: ignore[arg-type]
+                     r.scheduled_at_initially, r.created_at, lock,
+                     r.previous_at > r.scheduled_at_initially, ack)
             for r in rows
         ]
         return envelopes, next_due
@@ -263,7 +270,7 @@ class DelayedQueue(Offering, OnceOffering):
         params = {"kinds": kinds, "starts": starts, "floors": floors, "now": self._now_ms()}
         rows = self.db.fetchall(self.queries["probe_below_watermark"], params,
                                 relaxed=self.relaxed)
-        return [(r[0], int(r[1])) for r in rows]
+        return [(kind, int(at)) for kind, at in rows]
 
     def disable_watermarks(self) -> None:
         """Scan from the bottom on every poll from now on: the low watermark is only sound
@@ -341,7 +348,7 @@ class DelayedQueue(Offering, OnceOffering):
         if not keys:
             return []
         rows = self.db.fetchall(self.queries["delete_waiting_by_keys"], {"keys": keys})
-        return [(r[0], r[1]) for r in rows]
+        return [(key, kind) for key, kind in rows]
 
     def purge(self, kinds: Sequence[str] | None = None) -> int:
         """Delete every waiting (due or scheduled) row of the kinds; in-flight rows stay."""
@@ -376,3 +383,8 @@ class DelayedQueue(Offering, OnceOffering):
             return capped_status(self, cap)
         rows = self.db.fetchall(self.queries["status"], {"now": self._now_ms()})
         return [KindStatus(*r) for r in rows]
+
+
+def _delivery_order(row: PolledRow) -> tuple[int, int, int]:
+    """Envelopes come back by priority (the kind's place in ``kinds``), then due time, then id."""
+    return row.ord, row.previous_at, row.id  # type: ignore[return-value]  # messages only

@@ -180,22 +180,24 @@ class DelayqBroker(Broker):
         self.hub = Hub(self)
         linger = check_linger(publish_linger, durable_publish=durable_publish)
         #: ``publish_linger`` on: this process' sends, written in batches (off: None).
-        self.publisher = PublishBuffer(self._queue_of, linger) if linger else None
+        self.publisher = PublishBuffer(self.queue_for, linger) if linger else None
 
-    def _flush_sends(self) -> None:
+    def flush_publishes(self) -> None:
         """Write what this process buffered first: a purge or a join must see it."""
         if self.publisher is not None:
             self.publisher.flush()
 
     # -- names ------------------------------------------------------------------------
 
-    def kinds_of(self, queue_name: str) -> list[str]:
+    def kinds_for(self, queue_name: str) -> list[str]:
+        """Every kind of a queue, highest priority first (as the transport's ``kinds_for``)."""
         return names.kinds_for(queue_name, self.max_priority, self.namespace)
 
     def dead_letter_kind(self, queue_name: str) -> str:
         return names.dead_letter_kind(queue_name, self.namespace)
 
-    def _queue_of(self, kind: str) -> DelayedQueue:
+    def queue_for(self, kind: str) -> DelayedQueue:
+        """The queue of one kind on the broker's pool, made once (as the transport's)."""
         q = self._kind_queues.get(kind)
         if q is None:
             q = self._kind_queues[kind] = self.queue.with_kind(kind)
@@ -208,7 +210,7 @@ class DelayqBroker(Broker):
         queue_name = names.canonical(queue_name)
         if queue_name in self.queues:
             return
-        for kind in (*self.kinds_of(queue_name), self.dead_letter_kind(queue_name)):
+        for kind in (*self.kinds_for(queue_name), self.dead_letter_kind(queue_name)):
             if len(kind) > 100:
                 raise InvalidInput(f"queue name too long for delayq: {queue_name!r}")
         self.emit_before("declare_queue", queue_name)
@@ -237,7 +239,7 @@ class DelayqBroker(Broker):
         if self.publisher is not None:
             self.publisher.put(kind, key, message.encode(), at, can_update=False)
         else:
-            self._queue_of(kind).offer(key, message.encode(), at, can_update=False,
+            self.queue_for(kind).offer(key, message.encode(), at, can_update=False,
                                        durable=self.durable_publish)
         self.emit_after("enqueue", message, delay)
         return message
@@ -260,13 +262,13 @@ class DelayqBroker(Broker):
     def flush(self, queue_name: str) -> None:
         """Drop the waiting messages of a queue, due and delayed (``q`` and ``q.DQ`` alike:
         a delayed message is a row of its queue); messages being processed stay."""
-        self._flush_sends()
-        self.queue.purge(self.kinds_of(queue_name))
+        self.flush_publishes()
+        self.queue.purge(self.kinds_for(queue_name))
 
     def flush_all(self) -> None:
         """Drop the waiting messages and the dead letters of every declared queue."""
-        self._flush_sends()
-        kinds = [k for q in self.queues for k in (*self.kinds_of(q), self.dead_letter_kind(q))]
+        self.flush_publishes()
+        kinds = [k for q in self.queues for k in (*self.kinds_for(q), self.dead_letter_kind(q))]
         if kinds:
             self.queue.purge(kinds)
         self._failures.clear()
@@ -281,7 +283,7 @@ class DelayqBroker(Broker):
         if self.publisher is not None and not self.publisher.flush(
                 None if timeout is None else timeout / 1000):
             raise QueueJoinTimeout(queue_name)
-        kinds = self.kinds_of(queue_name)
+        kinds = self.kinds_for(queue_name)
         while partitions.count_all(self.queue, kinds):
             if deadline is not None and time.monotonic() >= deadline:
                 raise QueueJoinTimeout(queue_name)
@@ -332,6 +334,6 @@ class DelayqBroker(Broker):
 
     def stats(self, queue_name: str) -> dict[str, Any]:
         """Rows of a queue (due, delayed and in flight together) and its dead letters."""
-        return {"messages": partitions.count_all(self.queue, self.kinds_of(queue_name)),
+        return {"messages": partitions.count_all(self.queue, self.kinds_for(queue_name)),
                 "dead_letters": partitions.count_all(self.queue,
                                                      [self.dead_letter_kind(queue_name)])}

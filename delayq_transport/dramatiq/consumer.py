@@ -69,7 +69,7 @@ class DelayqConsumer(Consumer):
     def __init__(self, broker: BrokerPort, queue_name: str, prefetch: int, timeout_ms: int):
         self.broker = broker
         self.queue_name = queue_name
-        self.kinds = broker.kinds_of(queue_name)
+        self.kinds = broker.kinds_for(queue_name)
         self.prefetch = max(int(prefetch), 1)
         #: On a backlog the next poll waits for this much room, not for POLL_GAP_S: each poll
         #: then takes a batch of at least half the prefetch, however fast the worker acks.

@@ -33,7 +33,7 @@ class BrokerPort(Protocol):
     @property
     def hub(self) -> HubPort: ...
 
-    def kinds_of(self, queue_name: str) -> list[str]:
+    def kinds_for(self, queue_name: str) -> list[str]:
         """Every kind of a queue, highest priority first."""
 
     def dead_letter_kind(self, queue_name: str) -> str:

@@ -62,11 +62,10 @@ def serve_metrics(database_url: str, *, table: str = "delayed_queue", port: int 
     db = Database(database_url, max_size=2)
     try:
         require_schema(db, table)
-        queue = DelayedQueue(db, table=table, ensure_schema=False)
+        queue = DelayedQueue(db, table=table, ensure_schema=False, owns_database=True)
     except BaseException:
         db.close()
         raise
-    queue._owns_db = True
     try:
         return MetricsServer(queue, port=port, addr=addr, cap=cap, owns_queue=True)
     except BaseException:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import click
 from rich.table import Table
 
-from ..cli.main import Context, console, register
+from ..commands import Context, console, register
 from ..core.db import mask_password
 from .mover import DEFAULT_BATCH_SIZE, Mover, QueueMove
 from .source import MoveRefused, Source

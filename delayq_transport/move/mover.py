@@ -21,16 +21,24 @@ and gives dead workers' unacknowledged Redis messages back (into the staging lis
 onwards applies to them too).
 
 ``DELAYQ_MOVE_CRASH=<point>:<n>`` (tests only) kills this process with SIGKILL at ``restored``,
-``staged``, ``offered`` or ``removed`` once ``n`` messages have passed that point.
+``staged``, ``offered`` or ``removed`` once ``n`` messages have passed that point, between two
+steps. ``DELAYQ_MOVE_CRASH=inside:<step>:<n>`` kills it inside a step instead (``restore``,
+``take``, ``offer``, ``settle`` or ``forget``): at the ``n``-th Python call or return made while
+that step runs (counted over every batch; libpq, Redis and AMQP calls included), so a seeded
+``n`` lands between any two operations of the step, e.g. after a commit and before the next
+line. It names that step on stderr first.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import FrameType
+from typing import Any
 
 from ..core.once import OnceOffer, OnceOutcome
 from ..core.queue import DelayedQueue
@@ -66,18 +74,38 @@ class QueueMove:
 
 
 class CrashPoints:
-    """The test hook of the module docstring."""
+    """The test hooks of the module docstring (nothing runs without ``DELAYQ_MOVE_CRASH``)."""
 
     def __init__(self, spec: str | None = None) -> None:
         spec = spec if spec is not None else os.environ.get(CRASH_ENV, "")
         self.point, _, n = spec.partition(":")
+        #: ``inside``: the step to kill in.
+        self.target = ""
+        if self.point == "inside":
+            self.target, _, n = n.partition(":")
         self.left = int(n or 0)
+        #: The step the move is in.
+        self.step = ""
 
     def passed(self, point: str, count: int) -> None:
         if point == self.point and count:
             self.left -= count
             if self.left <= 0:
                 os.kill(os.getpid(), signal.SIGKILL)
+
+    def enter(self, step: str) -> None:
+        """The move starts ``step`` (of this thread: the move's)."""
+        self.step = step
+        if self.target and step == self.target and sys.getprofile() is None:
+            sys.setprofile(self._count)
+
+    def _count(self, frame: FrameType, event: str, arg: Any) -> None:
+        if self.step != self.target:
+            return
+        self.left -= 1
+        if self.left <= 0:
+            os.write(2, f"{CRASH_ENV}: killed inside step {self.step}\n".encode())
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Mover:
@@ -136,12 +164,16 @@ class Mover:
         move.last_eta = at if move.last_eta is None else max(move.last_eta, at)
 
     def run(self, moves: list[QueueMove]) -> None:
+        self.crash.enter("restore")
         restored = self.source.restore_unacked([m.queue for m in moves])
         self.crash.passed("restored", sum(restored.values()))
         for move in moves:
             move.restored = restored.get(move.queue, 0)
+            self.crash.enter("take")
             for batch in self.source.batches(move.queue, self.batch_size):
                 self._move_batch(move, batch)
+                self.crash.enter("take")  # the next batch
+            self.crash.enter("finish")
             self.source.finish(move.queue)
             self.progress(f"{move.queue}: moved {move.moved}"
                           + (f" (+{move.already} offered by an interrupted run)"
@@ -161,6 +193,7 @@ class Mover:
                 offers.append((i, to_offer(item, self.steps)))
             except NotMovable as exc:
                 self._refuse(move, keep, i, item, str(exc))
+        self.crash.enter("offer")
         outcomes = self.queue.offer_once([o for _, o in offers])
         stored = []
         for (i, offer), outcome in zip(offers, outcomes, strict=True):
@@ -175,9 +208,12 @@ class Mover:
             else:
                 move.already += 1
         self.crash.passed("offered", len(batch.items))
+        self.crash.enter("settle")
         self.source.settle(batch, keep)
         self.crash.passed("removed", len(batch.items))
+        self.crash.enter("forget")
         self.queue.forget_once(stored)
+        self.crash.enter("")
 
     @staticmethod
     def _refuse(move: QueueMove, keep: list[int], i: int, item: SourceMessage,

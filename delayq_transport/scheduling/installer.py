@@ -27,7 +27,7 @@ from ..core.cron import CronMessage, CronService
 from ..core.errors import DelayqError, InvalidInput
 from ..core.queue import DelayedQueue
 from ..core.timeutil import to_ms
-from ..core.types import Offer
+from ..core.types import Offer, OfferOutcome
 from . import bounds, misfire
 from .catchup import GapCatcher
 from .entries import EntrySpec, entry_hash, key_prefix
@@ -211,7 +211,7 @@ class Installer:
         service = CronService(self.queue.with_kind(kind), min_lead=self.settings.min_lead)
         batch = [CronMessage(o.at, self.delivery.encode(o)) for o in plan.occurrences()]
         outcomes = service.install_tick(plan.hash, plan.prefix, batch, can_update=False)
-        report.installed[name] = sum(o.value == "created" for o in outcomes)
+        report.installed[name] = sum(o is OfferOutcome.CREATED for o in outcomes)
         self.verified(plan)
 
     def verified(self, plan: Plan) -> None:
@@ -224,7 +224,7 @@ class Installer:
         outcomes = self.queue.with_kind(kind).offer_batch(
             offers, can_update=False, min_lead=self.settings.min_lead)
         for occurrence, outcome in zip(items, outcomes, strict=True):
-            if outcome.value == "created":
+            if outcome is OfferOutcome.CREATED:
                 name = occurrence.spec.name
                 report.installed[name] = report.installed.get(name, 0) + 1
 

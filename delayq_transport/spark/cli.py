@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from ..cli import Context, console, register
-from ..cli.output import emit, json_option
+from ..commands import Context, console, register
+from ..output import emit, json_option
 
 if TYPE_CHECKING:
     from .read import QueueReport

@@ -1,10 +1,10 @@
 """What the transport's parts need of each other, as Protocols, and the poll plan they pass.
 
-The :class:`~.transport.Transport` owns its channels, the wake-ups, the maintenance thread and
-the poller; they call back into it (wake a channel, arm the loop's timer, list the consuming
+The :class:`~.kombu_transport.Transport` owns its channels, the wake-ups, the maintenance thread
+and the poller; they call back into it (wake a channel, arm the loop's timer, list the consuming
 channels) and into the channels (flush acks, held locks, fetch a plan). Written against these
-Protocols, none of them imports :mod:`.transport` or :mod:`.channel`, even for type checking,
-so the package has no import circle, and what each part may call is its public API.
+Protocols, none of them imports :mod:`.kombu_transport` or :mod:`.channel`, even for type
+checking, so the package has no import circle, and what each part may call is its public API.
 """
 
 from __future__ import annotations

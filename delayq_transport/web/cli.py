@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli.main import Context, console, register
+from ..commands import Context, console, register
 from ..core.db import mask_password
 
 DEFAULT_PORT = 8377

@@ -422,8 +422,8 @@ create the schema: [the end of this page](#errors-and-exit-codes).
 
 def cli_contract_sections() -> list[str]:
     """What every command shares, from the code that does it: errors and exit statuses
-    (``delayq_transport.cli.errors``), output off a terminal (``.cli.output``), and who may
-    create the schema (``.cli.main.SCHEMA_WRITERS``)."""
+    (``delayq_transport.cli.errors``), output off a terminal (``delayq_transport.output``),
+    and who may create the schema (``.cli.main.SCHEMA_WRITERS``)."""
     from delayq_transport.cli.errors import EXIT_CODES
     from delayq_transport.cli.main import SCHEMA_WRITERS
 

@@ -84,7 +84,7 @@ def test_consumer_statements_skip_the_flush_and_durable_publishes_wait(
 def test_dramatiq_publish_durability_follows_durable_publish(
         database_url: str, durable: bool, pool: str) -> None:
     """Documented: a send commits without the flush wait unless ``durable_publish=True``
-    (the kombu transport's is tests/integration/test_transport_unit.py)."""
+    (the kombu transport's is tests/integration/test_kombu_storage_contract.py)."""
     broker = DelayqBroker(database_url, durable_publish=durable)
     try:
         broker.declare_queue("q")

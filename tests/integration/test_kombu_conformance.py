@@ -68,7 +68,7 @@ def failover_connection(kombu_db: str, kombu_table: str) -> Iterator[kombu.Conne
     ``delayq://`` because kombu only fills ``Connection.port`` for a first URL it parses whole,
     and ``test_failover_switches_to_alternate_url`` compares that port with the dead URL's; a
     ``delayq+postgresql://`` first URL connects the same way (see
-    ``test_transport_unit.py::test_failover_from_a_dead_host_to_the_next``).
+    ``test_kombu_storage_contract.py::test_failover_from_a_dead_host_to_the_next``).
     """
     from _kombu_env import BASE_OPTIONS  # after pytest_plugins loaded it (assert rewriting)
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from _workers import FakeClock, wait_until
 
-from delayq_transport import DelayedQueue, Offer, OfferOutcome
+from delayq_transport import Database, DelayedQueue, Offer, OfferOutcome
 from delayq_transport.core.timeutil import to_ms
 from delayq_transport.transport.message import kinds_for
 
@@ -444,3 +444,25 @@ def test_status_counts_released_rows_as_redelivered(cq: DelayedQueue, clock: Fak
 
 def test_status_of_an_empty_table(queue: DelayedQueue) -> None:
     assert queue.status() == []
+
+
+# -- ownership of the pool ------------------------------------------------------------------
+
+
+def test_a_queue_closes_a_handed_over_database_and_leaves_a_shared_one_open(
+        database_url: str) -> None:
+    """``owns_database=True`` (the CLI's and beat's pool made for one queue) is closed with
+    the queue and not by its ``with_kind`` clones; a shared Database stays open."""
+    shared, handed = Database(database_url, min_size=0), Database(database_url, min_size=0)
+    try:
+        with DelayedQueue(shared, kind="test"):
+            pass
+        assert not shared.closed
+        queue = DelayedQueue(handed, kind="test", owns_database=True)
+        queue.with_kind("other").close()
+        assert not handed.closed, "a clone shares the pool, it does not own it"
+        queue.close()
+        assert handed.closed
+    finally:
+        shared.close()
+        handed.close()

@@ -176,7 +176,7 @@ MUTATIONS: list[Mutation] = [
         "`delayq status` (and every command that reads) creates delayq's tables in a database "
         "that had none"),
     Mutation(
-        "cli-log-at-terminal-width", "42.4", "delayq_transport/cli/output.py",
+        "cli-log-at-terminal-width", "42.4", "delayq_transport/output.py",
         "        return size if self.on_terminal else ConsoleDimensions(LOG_WIDTH, size.height)",
         "        return size",
         ["tests/integration/test_cli_read_only.py::"
