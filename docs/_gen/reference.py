@@ -6,7 +6,9 @@ Each page comes from one definition site in the code:
 * beat-settings.md: ``delayq_beat.conf.BEAT_SETTINGS`` and ``ENTRY_OPTIONS``;
 * dramatiq.md, spark.md, python-api.md: signatures and the ``Parameters:`` section of each
   docstring (every parameter documented, nothing documented that is not a parameter);
-* cli.md: click's command tree (``delayq`` with every plugin's commands loaded);
+* cli.md: click's command tree (``delayq`` with every plugin's commands loaded), rendered from
+  each command's own parameters (opts, type, default, help), never through click's help
+  formatter, so a click release that formats help differently renders the same page;
 * metrics.md: ``delayq_transport.metrics.METRICS``.
 
     python docs/_gen/reference.py            # rewrite the pages
@@ -368,6 +370,70 @@ guarantees](../explanation/delivery.md) and [how time is kept](../explanation/ti
 # -- the CLI and the metrics ------------------------------------------------------------
 
 
+def _no_default(value: Any) -> bool:
+    """Whether a click default means "none": None or an empty tuple (click before 8.3), or
+    click's own UNSET sentinel (8.3 on)."""
+    import click.core
+
+    return value is None or value == () or value is getattr(click.core, "UNSET", None)
+
+
+def _choices(kind: Any) -> list[str]:
+    """A ``click.Choice``'s values as text (click 8.2 on also takes enum members)."""
+    return [str(getattr(choice, "value", choice)) for choice in kind.choices]
+
+
+def _param_type(param: Any) -> str:
+    """A parameter's type from the type object itself (its name, bounds, choices), not from
+    click's metavar or help formatting, which change between click releases."""
+    import click
+
+    kind = param.type
+    if isinstance(param, click.Option) and param.is_flag:
+        return "flag"
+    if isinstance(kind, click.Choice):
+        return ", ".join(code(choice) for choice in _choices(kind))
+    if isinstance(kind, click.IntRange | click.FloatRange):
+        base = "integer" if isinstance(kind, click.IntRange) else "float"
+        low = "" if kind.min is None else f"{kind.min} {'<' if kind.min_open else '<='} "
+        high = "" if kind.max is None else f" {'<' if kind.max_open else '<='} {kind.max}"
+        return f"{base}, {low}x{high}"
+    return str(kind.name)
+
+
+def _option_default(option: Any) -> str:
+    """The default a command shows (``show_default``): the option's own value (for an on/off
+    pair, the flag it means), the text given as ``show_default``, or "required"; else empty."""
+    if option.required:
+        return "required"
+    if isinstance(option.show_default, str):
+        return option.show_default
+    if not option.show_default or _no_default(option.default) or callable(option.default):
+        return ""
+    if option.is_flag and option.secondary_opts:
+        return code((option.opts if option.default else option.secondary_opts)[-1])
+    return code(str(option.default))
+
+
+def _usage(ctx: Any, command: Any) -> str:
+    """The command's synopsis built from its parameters: options, then each argument (optional
+    in brackets, several with ``...``, a choice as ``{a|b}``), then ``COMMAND [ARGS]...`` for a
+    group."""
+    import click
+
+    pieces = [ctx.command_path, "[OPTIONS]"]
+    for param in command.get_params(ctx):
+        if isinstance(param, click.Argument):
+            name = param.metavar or (param.name or "").upper()
+            if isinstance(param.type, click.Choice):
+                name = "{" + "|".join(_choices(param.type)) + "}"
+            name += "..." if param.nargs != 1 else ""
+            pieces.append(name if param.required else f"[{name}]")
+    if isinstance(command, click.Group):
+        pieces.append("COMMAND [ARGS]...")
+    return " ".join(pieces)
+
+
 def cli_page() -> str:
     import click
 
@@ -380,20 +446,23 @@ def cli_page() -> str:
         ctx = click.Context(command, info_name=name, parent=parent)
         if not command.help:
             raise DocError(f"`{ctx.command_path}` has no help text (its docstring)")
+        help_opts = set(command.get_help_option_names(ctx))
         rows = []
         for param in command.get_params(ctx):
-            if isinstance(param, click.Option) and param.name != "help":
-                if not param.help:
-                    raise DocError(f"`{ctx.command_path} {param.opts[0]}` has no help text")
-                record = param.get_help_record(ctx)
-                if record is not None:
-                    rows.append((code(record[0]), record[1]))
-        usage = " ".join([ctx.command_path, *command.collect_usage_pieces(ctx)])
+            if not isinstance(param, click.Option) or param.hidden or help_opts & set(param.opts):
+                continue  # --help: the same on every command, and its rendering click's own
+            if not param.help:
+                raise DocError(f"`{ctx.command_path} {param.opts[0]}` has no help text")
+            opts = ", ".join(sorted(param.opts, key=lambda opt: opt.startswith("--")))
+            if param.secondary_opts:
+                opts += " / " + ", ".join(param.secondary_opts)
+            kind = _param_type(param) + (", repeatable" if param.multiple else "")
+            rows.append((code(opts), kind, _option_default(param), param.help))
         level = "#" * min(2 + ctx.command_path.count(" ") - 1, 4) if parent else "##"
-        text = [f"{level} `{ctx.command_path}`", f"```\n{usage}\n```",
+        text = [f"{level} `{ctx.command_path}`", f"```\n{_usage(ctx, command)}\n```",
                 inspect.cleandoc(command.help)]
         if rows:
-            text.append(table(("option", "meaning"), rows))
+            text.append(table(("option", "type", "default", "meaning"), rows))
         sections.append("\n\n".join(text))
         if isinstance(command, click.Group):
             for sub in sorted(command.commands):
@@ -401,11 +470,13 @@ def cli_page() -> str:
 
     walk(main, "delayq", None)
     return page(
-        "the click command tree of `delayq`", "The `delayq` command",
+        "the click command tree of `delayq` (each command's own parameters)",
+        "The `delayq` command",
         """
 Every command takes the global options of `delayq` before its name:
 `delayq -d postgresql://user@host/db tasks list`. Exit status 1 with one line on stderr for
-a delayq error (bad input, database unreachable, permission denied).
+a delayq error (bad input, database unreachable, permission denied). Every command also
+takes `--help`.
 """,
         *sections,
     )
