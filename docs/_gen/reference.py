@@ -6,7 +6,9 @@ Each page comes from one definition site in the code:
 * beat-settings.md: ``delayq_beat.conf.BEAT_SETTINGS`` and ``ENTRY_OPTIONS``;
 * dramatiq.md, spark.md, python-api.md: signatures and the ``Parameters:`` section of each
   docstring (every parameter documented, nothing documented that is not a parameter);
-* cli.md: click's command tree (``delayq`` with every plugin's commands loaded);
+* cli.md: click's command tree (``delayq`` with every plugin's commands loaded), rendered from
+  each command's own parameters (opts, type, default, help), never through click's help
+  formatter, so a click release that formats help differently renders the same page;
 * metrics.md: ``delayq_transport.metrics.METRICS``;
 * compatibility.md: pyproject.toml (requires-python, its classifiers, every requirement's
   range and every extra) and, for what pyproject cannot say (what CI runs, PostgreSQL, Java),
@@ -376,6 +378,70 @@ guarantees](../explanation/delivery.md) and [how time is kept](../explanation/ti
 # -- the CLI and the metrics ------------------------------------------------------------
 
 
+def _no_default(value: Any) -> bool:
+    """Whether a click default means "none": None or an empty tuple (click before 8.3), or
+    click's own UNSET sentinel (8.3 on)."""
+    import click.core
+
+    return value is None or value == () or value is getattr(click.core, "UNSET", None)
+
+
+def _choices(kind: Any) -> list[str]:
+    """A ``click.Choice``'s values as text (click 8.2 on also takes enum members)."""
+    return [str(getattr(choice, "value", choice)) for choice in kind.choices]
+
+
+def _param_type(param: Any) -> str:
+    """A parameter's type from the type object itself (its name, bounds, choices), not from
+    click's metavar or help formatting, which change between click releases."""
+    import click
+
+    kind = param.type
+    if isinstance(param, click.Option) and param.is_flag:
+        return "flag"
+    if isinstance(kind, click.Choice):
+        return ", ".join(code(choice) for choice in _choices(kind))
+    if isinstance(kind, click.IntRange | click.FloatRange):
+        base = "integer" if isinstance(kind, click.IntRange) else "float"
+        low = "" if kind.min is None else f"{kind.min} {'<' if kind.min_open else '<='} "
+        high = "" if kind.max is None else f" {'<' if kind.max_open else '<='} {kind.max}"
+        return f"{base}, {low}x{high}"
+    return str(kind.name)
+
+
+def _option_default(option: Any) -> str:
+    """The default a command shows (``show_default``): the option's own value (for an on/off
+    pair, the flag it means), the text given as ``show_default``, or "required"; else empty."""
+    if option.required:
+        return "required"
+    if isinstance(option.show_default, str):
+        return option.show_default
+    if not option.show_default or _no_default(option.default) or callable(option.default):
+        return ""
+    if option.is_flag and option.secondary_opts:
+        return code((option.opts if option.default else option.secondary_opts)[-1])
+    return code(str(option.default))
+
+
+def _usage(ctx: Any, command: Any) -> str:
+    """The command's synopsis built from its parameters: options, then each argument (optional
+    in brackets, several with ``...``, a choice as ``{a|b}``), then ``COMMAND [ARGS]...`` for a
+    group."""
+    import click
+
+    pieces = [ctx.command_path, "[OPTIONS]"]
+    for param in command.get_params(ctx):
+        if isinstance(param, click.Argument):
+            name = param.metavar or (param.name or "").upper()
+            if isinstance(param.type, click.Choice):
+                name = "{" + "|".join(_choices(param.type)) + "}"
+            name += "..." if param.nargs != 1 else ""
+            pieces.append(name if param.required else f"[{name}]")
+    if isinstance(command, click.Group):
+        pieces.append("COMMAND [ARGS]...")
+    return " ".join(pieces)
+
+
 def cli_page() -> str:
     import click
 
@@ -388,20 +454,23 @@ def cli_page() -> str:
         ctx = click.Context(command, info_name=name, parent=parent)
         if not command.help:
             raise DocError(f"`{ctx.command_path}` has no help text (its docstring)")
+        help_opts = set(command.get_help_option_names(ctx))
         rows = []
         for param in command.get_params(ctx):
-            if isinstance(param, click.Option) and param.name != "help":
-                if not param.help:
-                    raise DocError(f"`{ctx.command_path} {param.opts[0]}` has no help text")
-                record = param.get_help_record(ctx)
-                if record is not None:
-                    rows.append((code(record[0]), record[1]))
-        usage = " ".join([ctx.command_path, *command.collect_usage_pieces(ctx)])
+            if not isinstance(param, click.Option) or param.hidden or help_opts & set(param.opts):
+                continue  # --help: the same on every command, and its rendering click's own
+            if not param.help:
+                raise DocError(f"`{ctx.command_path} {param.opts[0]}` has no help text")
+            opts = ", ".join(sorted(param.opts, key=lambda opt: opt.startswith("--")))
+            if param.secondary_opts:
+                opts += " / " + ", ".join(param.secondary_opts)
+            kind = _param_type(param) + (", repeatable" if param.multiple else "")
+            rows.append((code(opts), kind, _option_default(param), param.help))
         level = "#" * min(2 + ctx.command_path.count(" ") - 1, 4) if parent else "##"
-        text = [f"{level} `{ctx.command_path}`", f"```\n{usage}\n```",
+        text = [f"{level} `{ctx.command_path}`", f"```\n{_usage(ctx, command)}\n```",
                 inspect.cleandoc(command.help)]
         if rows:
-            text.append(table(("option", "meaning"), rows))
+            text.append(table(("option", "type", "default", "meaning"), rows))
         sections.append("\n\n".join(text))
         if isinstance(command, click.Group):
             for sub in sorted(command.commands):
@@ -409,11 +478,13 @@ def cli_page() -> str:
 
     walk(main, "delayq", None)
     return page(
-        "the click command tree of `delayq`", "The `delayq` command",
+        "the click command tree of `delayq` (each command's own parameters)",
+        "The `delayq` command",
         """
 Every command takes the global options of `delayq` before its name:
 `delayq -d postgresql://user@host/db tasks list`. How a command fails, and which commands may
-create the schema: [the end of this page](#errors-and-exit-codes).
+create the schema: [the end of this page](#errors-and-exit-codes). Every command also takes
+`--help`.
 """,
         *sections,
         *cli_contract_sections(),
@@ -487,8 +558,11 @@ COMPAT: tuple[tuple[str, str | None, str, str | None, str, str], ...] = (
     ("PostgreSQL", None, "15", "18",
      "15 (the whole suite), 18 (the embedded server: migrations and their locks, least "
      "privilege, uninstall, the transport end to end)", "`scripts/test`, `scripts/check-compat`"),
-    ("Django", "Django", "", "5.2", "5.2 (the whole suite); the floor is allowed by pyproject "
-     "but not run in CI", "`scripts/test`"),
+    ("Django", "Django", "", "6.1",
+     "5.2 on Python 3.11 (the whole suite); 4.2 on 3.11 and 6.0 on 3.12 (the Django tests: "
+     "transactional publishing, the admin with django-celery-beat, imports); 6.1 on 3.12 "
+     "without django-celery-beat, whose 2.9 allows Django < 6.1 (transactional publishing, "
+     "the settings' URLs). Django 6 needs Python 3.12", "`scripts/test`, `scripts/check-compat`"),
     ("Dramatiq", "dramatiq", "", "2.2", "2.2.1", "`scripts/test`, `scripts/check-packaging`"),
     ("PySpark", "pyspark", "", "4.3", "4.3.0 only: the floor is allowed by pyproject but not run "
      "in CI", "`scripts/test`, `scripts/check-packaging`"),
@@ -507,8 +581,8 @@ EXTRA_USES: dict[str, str] = {
     "move": "`delayq move-from redis://...` (a Celery app on Redis has it already)",
     "django": "`delayq_transport.django`: settings, `DELAYQ_JOIN_ATOMIC`, admin mode",
 }
-#: Extras that are not for users: the development environment.
-DEV_EXTRAS = ("dev",)
+#: Extras that are not for users: the development environment and the benchmarks' peers.
+DEV_EXTRAS = ("dev", "bench")
 
 
 def _pyproject() -> dict[str, Any]:
@@ -582,7 +656,9 @@ def compatibility_page() -> str:
 "Supported" means the range `pyproject.toml` allows, up to the newest release CI runs;
 "tested" names what CI runs on every change. A release outside the range is not supported;
 a newer release inside it (pyproject sets {bound}) is expected to work and is added
-here once CI runs it.
+here once CI runs it. CI installs the development environment from the committed lock
+(`constraints/dev-py311.txt`, made by `scripts/lock`); `scripts/check-compat` also runs the
+core tests on the newest releases and reports when the lock should move.
 """,
         table(("", "supported", "tested in CI", "where"), compat_rows(project)),
         "## Extras",

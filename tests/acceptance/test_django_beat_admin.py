@@ -91,7 +91,12 @@ def test_admin_edits_take_effect_within_a_refresh_exactly_once_with_two_beats(
                timeout=30, message="three pulses")
 
     manage(env, "beat_admin", "disable_tasks", "pulse")
-    disabled_at_ms = time.time() * 1000
+    # When the admin action ran, as it stamped it (PeriodicTasks.update_changed right after its
+    # UPDATE), not a clock read once the manage.py process had exited.
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT last_update FROM django_celery_beat_periodictasks "
+                           "WHERE ident = 1").fetchone()
+    disabled_at_ms = row[0].timestamp() * 1000
     time.sleep(WITHIN_S + 2)  # what is still installed past one refresh would run meanwhile
     late = [t for t in ticks(database_url) if t[2] and t[2] > disabled_at_ms + WITHIN_S * 1000]
     assert late == []

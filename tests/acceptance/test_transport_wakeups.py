@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -207,9 +207,10 @@ def test_worker_hub_wakes_on_notify_and_on_the_due_timer(
     """In the worker, the LISTEN socket and the due-time timer live in the kombu hub."""
     start_worker(env={"DELAYQ_TRANSPORT_OPTIONS": json.dumps({"polling_interval": SLOW_POLL_S})})
     now = producer.send_task("celery_app.mark", ("now",))
-    sent_at = datetime.now(UTC)
-    later = producer.send_task("celery_app.mark", ("later",), countdown=2)
-    eta = sent_at.timestamp() + 2
+    # The ETA the message carries (given as eta=), not a clock read beside the publish.
+    eta_at = datetime.now(UTC) + timedelta(seconds=2)
+    later = producer.send_task("celery_app.mark", ("later",), eta=eta_at)
+    eta = eta_at.timestamp()
     # Bounded: the fallback poll would take 30 s.
     runs = wait_until(lambda: len(executions(database_url)) >= 2 and executions(database_url),
                       timeout=10, message="both tasks to run")

@@ -193,3 +193,21 @@ def test_connect_timeout_transport_option_wins_over_celerys() -> None:
         assert conn.transport._backend_opts["connect_timeout"] == 2
     with Connection(url, connect_timeout=4) as conn:
         assert conn.transport._backend_opts["connect_timeout"] == 4.0
+
+
+def test_the_cli_page_does_not_go_through_clicks_help_formatter(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """click 8.5 added a `--help` row to every command's help table, and a fresh clone went red
+    on cli.md: the page is rendered from each command's parameters, so click's formatting (help
+    records, usage pieces, the formatter) is never called and a release that changes it cannot
+    change the page."""
+    import click
+
+    def formatter_called(*args: object, **kwargs: object) -> None:
+        raise AssertionError("cli.md rendered through click's help formatting")
+
+    for owner, attr in ((click.Option, "get_help_record"), (click.Argument, "get_help_record"),
+                        (click.Command, "collect_usage_pieces"), (click.Command, "format_help"),
+                        (click.Command, "format_options"), (click.Parameter, "make_metavar")):
+        monkeypatch.setattr(owner, attr, formatter_called)
+    assert GEN.cli_page() == (GEN.REFERENCE / "cli.md").read_text()
