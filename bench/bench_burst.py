@@ -836,7 +836,8 @@ def peer_targets(by_case: dict[str, dict[str, Any]]) -> str:
                           f"{peer_p99:,.1f} ms / 10 = {peer_p99 / 10:,.1f} ms: "
                           f"{'met' if p99 * 10 <= peer_p99 else '**not met**'}")
         if rate is not None and peer_rate:
-            checks.append(f"drain {rate / peer_rate:.2f}× the fastest peer (target "
+            checks.append(f"{LABELS[system]} drain {rate / peer_rate:.2f}× the fastest peer ("
+                          f"{peer_rate:,.0f} jobs/s; target "
                           f"{factor:g}×): {'met' if rate >= factor * peer_rate else '**not met**'}")
     return prose("Targets (issue 41): " + ("; ".join(checks) or "nothing to compare") + ".")
 
@@ -878,7 +879,7 @@ over the phase; `pg_notification_queue_usage()` sampled every 0.2 s. Medians of
 
 def _pct(got: dict[str, Any]) -> str:
     value = _med(got, "queue_usage_max")
-    return "—" if value is None else f"{value * 100:.2g} %"
+    return "—" if value is None else f"{value * 100:.4f} %"
 
 
 RESULT_NAMES = {"burst": "burst", "peers": "peers", "many": "many_workers"}
