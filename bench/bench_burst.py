@@ -29,6 +29,8 @@ round; each figure is the median of the rounds with their min-max. Variants of d
 and ``--window-ms MS`` (the wake-up window ``DEFAULT_WINDOW_S`` of core/announce.py set to MS,
 in this checkout's library and in each ``--rev``'s). A run with a variant in ``burst`` or
 ``peers`` mode is an A/B: its results go to ``bench/results/<mode>_ab.json``, never to the docs.
+Otherwise ``bench/results/{burst,peers,many_workers}.json`` and their sections of
+docs/benchmarks.md (written by ``_burst_report.py``; ``render_docs.py`` rewrites them).
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ import click
 import psutil
 import psycopg
 import redis
+from _burst_report import (
+    DELAYQ_SYSTEMS,
+    MODES,
+    OPT_IN,
+    PEERS,
+    RESULT_NAMES,
+    SYSTEMS,
+    section,
+)
 from _celery_cpu import ServerCpu
 from _common import (
     BENCH_DIR,
@@ -69,13 +80,9 @@ from _common import (
     handle_stop_signals,
     load_results,
     machine_info,
-    markdown_table,
     percentile,
     progress_bar,
-    prose,
     replace_section,
-    run_line,
-    spread,
     tree_cpu,
     wait_for_log,
     write_results,
@@ -84,43 +91,6 @@ from _variants import source_tree, tree_env, window_tree
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-MODES = ("burst", "peers", "many")
-DELAYQ_SYSTEMS = ("celery", "dramatiq")
-PEERS = ("pgqueuer", "pgqueuer_limit4", "procrastinate", "pgqueuer_relaxed",
-         "procrastinate_relaxed", "pgqueuer_asyncpg")
-#: Named only: asyncpg is not among the bench extra's packages (psycopg is PgQueuer's other
-#: documented driver, and the one installed).
-OPT_IN = ("pgqueuer_asyncpg",)
-SYSTEMS = DELAYQ_SYSTEMS + PEERS
-LABELS = {
-    "celery": "delayq, Celery transport",
-    "dramatiq": "delayq, Dramatiq broker",
-    "pgqueuer": "PgQueuer 1.6 (no concurrency limit)",
-    "pgqueuer_limit4": "PgQueuer 1.6 (`concurrency_limit=4`)",
-    "pgqueuer_relaxed": "PgQueuer 1.6, `synchronous_commit=off`",
-    "procrastinate": "Procrastinate 3.10",
-    "procrastinate_relaxed": "Procrastinate 3.10, `synchronous_commit=off`",
-    "pgqueuer_asyncpg": "PgQueuer 1.6 on asyncpg (no concurrency limit)",
-}
-#: What each peer runs with, as the docs section says it.
-PEER_NOTES = """PgQueuer: `pgqueuer.run()` on a `QueueManager` (what `pgq run` does) with its
-defaults (`batch_size=10`, `dequeue_timeout=30 s`, no `max_concurrent_tasks`, tables LOGGED,
-`durability=durable`); an entrypoint has no concurrency limit unless given one, so it runs
-twice: as it comes, and with `concurrency_limit=4` (its per-entrypoint limit, enforced in the
-database across workers; `max_concurrent_tasks` cannot be 4 at the default batch of 10: it must
-be at least twice the batch). Its worker runs on psycopg (`PsycopgDriver`, one of its two
-documented drivers; asyncpg, the other, is not among the bench extra's packages: `--systems
-pgqueuer_asyncpg` runs it where it is installed). That driver reads notifications with
-`notifies(timeout=1.0)` on the connection its queries use, and countdowns ran up to ~1 s late
-in a cycle of about a second in a check of 10 spaced ones: PgQueuer's lateness here is that
-driver's, not its deferred-job timer's. Producers: `SyncQueries.enqueue` and `Queries.enqueue`
-(async), delays as `execute_after`. Procrastinate: `App(PsycopgConnector)`, `run_worker_async(
-concurrency=4)`, its defaults otherwise (`listen_notify=True`, `fetch_job_polling_interval=5 s`:
-scheduled jobs are found by that poll, not by a notification); producers `defer` (the app opened
-synchronously) and `defer_async`, delays as `schedule_at`. Both at PostgreSQL's
-`synchronous_commit=on`, where delayq's publishes, polls and acks commit without waiting for the
-WAL flush (its relaxed pool; `durable_publish` opts out): the `_relaxed` rows give the peers the
-same (`options=-c synchronous_commit=off` on every connection)."""
 #: The queue table of each system (the COPY's target).
 TABLES = {"celery": TABLE, "dramatiq": TABLE, "pgqueuer": "pgqueuer",
           "procrastinate": "procrastinate_jobs"}
@@ -135,8 +105,6 @@ PEER_READY = "burst: worker ready"  # burst_app.READY_LINE
 #: the section: one `dramatiq` command forks them; Celery would need 20 main processes and
 #: 20 pool children for the same 20 consumers).
 MANY_PROCESSES = 20
-#: Issue 41's targets.
-TARGET_P99_MS, TARGET_MAX_MS = 10.0, 50.0
 WARM_N = 20
 
 
@@ -192,6 +160,7 @@ class Settings:
     rounds: int
     grace_s: float
     seed: int
+    drain_limit_s: float
     layout: tuple[int, int]  # worker processes, threads (concurrency) each
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     logdir: Path = field(default_factory=lambda: Path(
@@ -365,17 +334,23 @@ def wait_done(cfg: Settings, key: str, timeout: float) -> float | None:
     return None
 
 
-def warm_up(run: Run, cfg: Settings, procs: list[Proc]) -> None:
-    """A few no-ops through the running worker(s): every process is connected and warm."""
+def warm_up(run: Run, cfg: Settings, procs: list[Proc]) -> int | None:
+    """A few no-ops through the running worker(s), so every process is connected and warm.
+    A system that has run some but not all of them after a minute (PgQueuer with
+    ``concurrency_limit=4`` ran a few jobs/s here) is measured anyway: returns how many ran
+    then (None: all), which the round records; none at all is an error."""
     key = f"{run.key}:warm"
-    prods = send(run, cfg, key, 1, 120, what="noop", n=WARM_N)
-    prods.wait(120)
-    deadline = time.monotonic() + 120
+    send(run, cfg, key, 1, 120, what="noop", n=WARM_N).wait(120)
+    client, deadline = counter(cfg), time.monotonic() + 60
     while wait_done(cfg, key, 0.5) is None:
         dead = [p for p in procs if p.proc.poll() is not None]
-        if dead or time.monotonic() > deadline:
+        ran = int(client.get(key) or 0)
+        if dead or (time.monotonic() > deadline and not ran):
             tail = (dead or procs)[0].log_path.read_text(errors="replace")[-1500:]
             raise RuntimeError(f"the warm-up no-ops did not run:\n{tail}")
+        if time.monotonic() > deadline:
+            return ran
+    return None
 
 
 def _sends(client: redis.Redis, key: str) -> tuple[float, float]:
@@ -442,24 +417,30 @@ def measure_burst(run: Run, case: Case, cfg: Settings, progress: Any) -> dict[st
 
 
 def measure_drain(run: Run, case: Case, cfg: Settings, progress: Any) -> dict[str, Any]:
-    """No-ops sent one per call while the worker runs: first send to last run."""
+    """No-ops sent one per call while the worker runs: first send to last run. A system that
+    has not run them all after ``cfg.drain_limit_s`` is stopped there and its rate is what ran
+    in that time (``partial``): a peer at a few jobs/s would otherwise take hours."""
     key = f"{run.key}:drain"
     bar = progress.add_task(f"{run.system} {run.variant.label}: {case.key}", total=case.n,
                             rate="", unit="jobs")
     prods = send(run, cfg, key, case.producers, 900, what="noop", n=case.n, api=case.api)
+    went = time.time()
+    client = counter(cfg)
     try:
-        timeout = max(300.0, case.n / 10)
-        deadline = time.monotonic() + timeout
-        client = counter(cfg)
+        deadline = time.monotonic() + cfg.drain_limit_s
         while time.monotonic() < deadline and client.get(f"{key}:done") is None:
             progress.update(bar, completed=int(client.get(key) or 0))
             time.sleep(0.1)
+        done = client.get(f"{key}:done")
+        if done is None:
+            ran, elapsed = int(client.get(key) or 0), time.time() - went
+            if not ran:
+                return {"error": f"nothing ran in {cfg.drain_limit_s:g} s"}
+            return {"n": case.n, "ran": ran, "partial": True, "seconds": round(elapsed, 3),
+                    "jobs_per_s": round(ran / elapsed, 1)}
         prods.wait(timeout=60)
     finally:
         prods.kill()
-    done = client.get(f"{key}:done")
-    if done is None:
-        return {"error": f"only {int(client.get(key) or 0)}/{case.n} ran in time"}
     first, last = _sends(client, key)
     return {"n": case.n, "jobs_per_s": round(case.n / (float(done) - first), 1),
             "sends_per_s": round(case.n / (last - first), 1),
@@ -598,7 +579,7 @@ def run_one(system: str, variant: Variant, case: Case, cfg: Settings, progress: 
         if case.kind == "copy":
             return measure_copy(run, case, cfg)
         with workers(run, cfg, case.kind) as procs:
-            warm_up(run, cfg, procs)
+            warm = warm_up(run, cfg, procs)
             meters = None
             if mode == "many":
                 dbname = run.url.rsplit("/", 1)[1]
@@ -613,6 +594,8 @@ def run_one(system: str, variant: Variant, case: Case, cfg: Settings, progress: 
                 out = measure_drain(run, case, cfg, progress)
             else:
                 out = measure_burst(run, case, cfg, progress)
+            if warm is not None:
+                out["warm_up_ran"] = f"{warm}/{WARM_N} after 60 s"
             if meters is not None:
                 backends, aux, workers_cpu0, notes, t0, listening = meters
                 seconds = time.monotonic() - t0
@@ -651,7 +634,7 @@ def applies(system: str, variant: Variant, case: Case, first: Variant) -> bool:
     return not (case.kind == "drain" and case.api == "async")
 
 
-#: The figures summarised per case, and which way is better (for nothing but the docs).
+#: The figures summarised per case: median, min and max over the rounds.
 FIGURES = ("p50_ms", "p99_ms", "max_ms", "early", "twice", "lost", "publish_s", "jobs_per_s",
            "sends_per_s", "rows_per_s", "notifications", "notifications_per_s",
            "queue_usage_max", "pg_backends_cpu_s", "pg_aux_cpu_s", "workers_cpu_s",
@@ -667,6 +650,12 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         if values:
             out[name] = {"median": statistics.median(values), "min": min(values),
                          "max": max(values)}
+    partial = [r for r in ok if r.get("partial")]
+    if partial:  # drains stopped at the time limit: what ran of how many, in how long
+        out["partial"] = [f"{r['ran']:,}/{r['n']:,} in {r['seconds']:,.0f} s" for r in partial]
+    short = [r["warm_up_ran"] for r in ok if r.get("warm_up_ran")]
+    if short:  # measured after a warm-up that did not finish: the section says so
+        out["warm_up_short"] = short
     errors = [r["error"] for r in rounds if "error" in r]
     if errors:
         out["errors"] = errors
@@ -703,192 +692,6 @@ def entry_label(system: str, variant: Variant) -> str:
     if variant == Variant() or system in PEERS:
         return system
     return f"{system} {variant.label}"
-
-
-# -- the report ------------------------------------------------------------------------------
-
-
-def _med(got: dict[str, Any], name: str) -> float | None:
-    fig = got.get(name)
-    return None if fig is None else fig["median"]
-
-
-def _ms(got: dict[str, Any], name: str) -> str:
-    """A median in ms with the rounds' min-max (one decimal, as the other sections)."""
-    fig = got.get(name)
-    return "—" if fig is None else spread(fig["median"], fig["min"], fig["max"], "{:,.1f}")
-
-
-def _count(got: dict[str, Any], name: str) -> str:
-    fig = got.get(name)
-    return "—" if fig is None else spread(fig["median"], fig["min"], fig["max"], "{:,.0f}")
-
-
-def _label(label: str) -> str:
-    system, _, variant = label.partition(" ")
-    return LABELS.get(system, system) + (f" {variant}" if variant else "")
-
-
-def _verdict(got: dict[str, Any]) -> str:
-    p99, worst = _med(got, "p99_ms"), _med(got, "max_ms")
-    if p99 is None or worst is None:
-        return "—"
-    ok = (p99 <= TARGET_P99_MS and worst <= TARGET_MAX_MS
-          and not any(_med(got, k) for k in ("early", "twice", "lost")))
-    return "met" if ok else "**not met**"
-
-
-def lateness_rows(results: dict[str, dict[str, Any]], kinds: tuple[str, ...]
-                  ) -> list[list[str]]:
-    rows = []
-    for case, by in results.items():
-        if case.split()[0] not in kinds:
-            continue
-        for label, got in by.items():
-            rows.append([case, _label(label), _ms(got, "publish_s"), _ms(got, "p50_ms"),
-                         _ms(got, "p99_ms"), _ms(got, "max_ms"), _count(got, "early"),
-                         _count(got, "twice"), _count(got, "lost"),
-                         f"{got['ok_rounds']}/{len(got['rounds'])}", _verdict(got)])
-    return rows
-
-
-LATENESS_HEADERS = ["case", "system", "published in s", "lateness p50 ms", "p99 ms", "max ms",
-                    "early", "twice", "lost", "rounds ok", f"p99 ≤ {TARGET_P99_MS:g}, max ≤ "
-                    f"{TARGET_MAX_MS:g}, none early/twice/lost"]
-
-
-def _head(data: dict[str, Any], title: str) -> str:
-    m = data.get("machine") or {}
-    load = None
-    if m.get("load_average_at_start") and m.get("load_average_at_end"):
-        load = (m["load_average_at_start"][0], m["load_average_at_end"][0])
-    line = run_line(data.get("command", "python bench/bench_burst.py"), data.get("revision"),
-                    data.get("finished_at"), m, load)
-    return f"## {title}\n\n{line}"
-
-
-def section_burst(data: dict[str, Any]) -> str:
-    s = data["settings"]
-    table = markdown_table(LATENESS_HEADERS, lateness_rows(data["results"],
-                                                           ("burst", "spaced")), "llrrrrrrrrl")
-    how = prose(f"""Countdowns published as fast as the producer processes can (burst) or one
-every {s['spacing_ms']:g} ms from one producer (spaced), delays uniform over the span; one Celery
-worker `prefork -c 4` or one Dramatiq worker (1 process × 4 threads) on delayq. Lateness = the
-task's own `time.time()` at its start minus the eta its message carries; early = started before
-it; twice = runs beyond the first; lost = not run within the last send + span +
-{s['grace_s']:g} s. Medians of {s['rounds']} interleaved rounds, min–max in brackets. Issue 41's
-target: p99 ≤ {TARGET_P99_MS:g} ms and max ≤ {TARGET_MAX_MS:g} ms, none early, twice or lost.""")
-    return f"{_head(data, 'Countdowns in a burst')}\n\n{table}\n\n{how}\n"
-
-
-def section_peers(data: dict[str, Any]) -> str:
-    s, results = data["settings"], data["results"]
-    by_case = {c.split(",")[0].split()[0] + ("_async" if "async" in c else ""): by
-               for c, by in results.items()}
-    labels = list(dict.fromkeys(label for by in results.values() for label in by))
-    rows = []
-    for label in labels:
-        sync = by_case.get("drain", {}).get(label, {})
-        asyn = by_case.get("drain_async", {}).get(label, {})
-        burst = by_case.get("burst", {}).get(label, {})
-        copy = by_case.get("copy", {}).get(label, {})
-        rows.append([_label(label), _rate(sync, "jobs_per_s"), _rate(asyn, "jobs_per_s"),
-                     _rate(sync, "sends_per_s"), _rate(copy, "rows_per_s"),
-                     " / ".join(_ms(burst, k) for k in ("p50_ms", "p99_ms", "max_ms")),
-                     " / ".join(_count(burst, k) for k in ("early", "twice", "lost"))])
-    table = markdown_table(["system", "drain e2e jobs/s, sync producer", "async producer",
-                            "sends/s (sync)", "COPY of the same rows, rows/s",
-                            "burst lateness p50 / p99 / max ms", "early / twice / lost"],
-                           rows, "lrrrrrr")
-    targets = peer_targets(by_case)
-    how = prose(f"""One worker with concurrency 4 per system, a no-op job, each system in its own
-fresh database on the same PostgreSQL. Drain: {s['drain_n']:,} no-ops enqueued one per call by
-one producer process while the worker runs, first send to last run. Burst: the first size of
-the burst section from one producer. COPY: one process copying {s['drain_n']:,} rows shaped
-like the one its producer enqueued, at the system's commit setting (the limit an enqueue path
-could reach). Medians of {s['rounds']} interleaved rounds, min–max in brackets.""")
-    return (f"{_head(data, 'PostgreSQL-native peers')}\n\n{table}\n\n{targets}\n\n{how}\n\n"
-            f"{prose(PEER_NOTES)}\n")
-
-
-def _rate(got: dict[str, Any], name: str) -> str:
-    fig = got.get(name)
-    return "—" if fig is None else spread(fig["median"], fig["min"], fig["max"], "{:,.0f}")
-
-
-def peer_targets(by_case: dict[str, dict[str, Any]]) -> str:
-    """Issue 41: burst p99 below every peer's best by 10×; the drain ≥ 3× the fastest peer
-    through Dramatiq and ≥ 1.2× through Celery, with either producer API."""
-    def best(case: str, name: str, pick: Any) -> float | None:
-        values = [v for by in (by_case.get(c, {}) for c in case.split(","))
-                  for label, got in by.items() if label.split()[0] in PEERS
-                  if (v := _med(got, name)) is not None]
-        return pick(values) if values else None
-
-    checks = []
-    peer_p99 = best("burst", "p99_ms", min)
-    peer_rate = best("drain,drain_async", "jobs_per_s", max)
-    for system, factor in (("dramatiq", 3.0), ("celery", 1.2)):
-        p99 = _med(by_case.get("burst", {}).get(system, {}), "p99_ms")
-        rate = _med(by_case.get("drain", {}).get(system, {}), "jobs_per_s")
-        if p99 is not None and peer_p99:
-            checks.append(f"{LABELS[system]} burst p99 {p99:,.1f} ms against the peers' best "
-                          f"{peer_p99:,.1f} ms / 10 = {peer_p99 / 10:,.1f} ms: "
-                          f"{'met' if p99 * 10 <= peer_p99 else '**not met**'}")
-        if rate is not None and peer_rate:
-            checks.append(f"{LABELS[system]} drain {rate / peer_rate:.2f}× the fastest peer ("
-                          f"{peer_rate:,.0f} jobs/s; target "
-                          f"{factor:g}×): {'met' if rate >= factor * peer_rate else '**not met**'}")
-    return prose("Targets (issue 41): " + ("; ".join(checks) or "nothing to compare") + ".")
-
-
-def section_many(data: dict[str, Any]) -> str:
-    s, results = data["settings"], data["results"]
-    rows = []
-    burst_case = next((c for c in results if c.startswith("burst")), None)
-    drain_case = next((c for c in results if c.startswith("drain")), None)
-    labels = list(dict.fromkeys(label for by in results.values() for label in by))
-    for label in labels:
-        b = results.get(burst_case or "", {}).get(label, {})
-        d = results.get(drain_case or "", {}).get(label, {})
-        rows.append([_label(label), _ms(b, "p99_ms"), _ms(b, "max_ms"),
-                     " / ".join(_count(b, k) for k in ("early", "twice", "lost")),
-                     _rate(d, "jobs_per_s"),
-                     f"{_count(b, 'notifications')} / {_count(d, 'notifications')}",
-                     f"{_ms(b, 'pg_backends_cpu_s')} / {_ms(d, 'pg_backends_cpu_s')}",
-                     f"{_ms(b, 'pg_aux_cpu_s')} / {_ms(d, 'pg_aux_cpu_s')}",
-                     f"{_ms(b, 'workers_cpu_s')} / {_ms(d, 'workers_cpu_s')}",
-                     f"{_pct(b)} / {_pct(d)}", _count(d, "listeners")])
-    table = markdown_table(
-        ["variant", "burst lateness p99 ms", "max ms", "early / twice / lost",
-         "drain e2e jobs/s", "NOTIFYs burst / drain", "PG backends CPU s burst / drain",
-         "PG WAL writer etc. CPU s", "workers CPU s", "max notify queue use",
-         "LISTENing backends"], rows, "lrrrrrrrrrr")
-    how = prose(f"""{s['layout'][0]} consumer processes on one queue: one Dramatiq worker
-`-p {s['layout'][0]} -t {s['layout'][1]}` on delayq (one command forks them; Celery `-c 1` × 20
-would be 20 main processes and 20 pool children for the same 20 consumers, twice the processes
-on 2 cores), 4 producer processes. Burst: {burst_case}; drain: {drain_case}. NOTIFYs counted by
-a LISTEN of the harness' own on delayq's channel (each listener receives each one once);
-CPU seconds of this database's backends (the workers' sessions and the producers', sampled
-every 0.25 s), of
-PostgreSQL's WAL writer, checkpointer and background writer, and of the workers' processes,
-over the phase; `pg_notification_queue_usage()` sampled every 0.2 s. Medians of
-{s['rounds']} interleaved rounds, min–max in brackets.""")
-    return f"{_head(data, 'Many workers on one queue')}\n\n{table}\n\n{how}\n"
-
-
-def _pct(got: dict[str, Any]) -> str:
-    value = _med(got, "queue_usage_max")
-    return "—" if value is None else f"{value * 100:.4f} %"
-
-
-RESULT_NAMES = {"burst": "burst", "peers": "peers", "many": "many_workers"}
-TITLES = {"burst": section_burst, "peers": section_peers, "many": section_many}
-
-
-def section(data: dict[str, Any]) -> str:
-    """The section of docs/benchmarks.md for a results document of any mode."""
-    return TITLES[data["mode"]](data)
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -933,6 +736,8 @@ def _ints(value: str, flag: str) -> list[int]:
               help="Between two publishes of the spaced case.")
 @click.option("--drain-n", default=10_000, show_default=True, help="No-ops of a drain.")
 @click.option("--rounds", default=3, show_default=True, help="Interleaved rounds.")
+@click.option("--drain-limit", "drain_limit_s", default=180.0, show_default=True,
+              help="Seconds a drain may take; a slower system's rate is what ran by then.")
 @click.option("--grace", "grace_s", default=60.0, show_default=True,
               help="Seconds after the last eta before a countdown not run counts as lost.")
 @click.option("--rev", "revs", multiple=True,
@@ -944,7 +749,8 @@ def _ints(value: str, flag: str) -> list[int]:
 @click.option("--counter-db", default=13, show_default=True, help="Redis db of the reports.")
 @click.option("--no-write", is_flag=True, help="Only print: no results file, no docs.")
 def main(mode: str, database_url: str, systems: str, sizes: str, producers_opt: str,
-         spacing_ms: float, drain_n: int, rounds: int, grace_s: float, revs: tuple[str, ...],
+         spacing_ms: float, drain_n: int, drain_limit_s: float, rounds: int, grace_s: float,
+         revs: tuple[str, ...],
          windows: tuple[float, ...], seed: int, counter_db: int, no_write: bool) -> None:
     """Countdown bursts, the PostgreSQL-native peers, and many workers (issue 41)."""
     default = {"burst": "celery,dramatiq", "many": "dramatiq",
@@ -957,9 +763,9 @@ def main(mode: str, database_url: str, systems: str, sizes: str, producers_opt: 
     if mode == "many" and chosen != ["dramatiq"]:
         raise click.BadParameter("many runs Dramatiq only (20 processes × 1 thread)",
                                  param_hint="--systems")
-    if spacing_ms <= 0 or drain_n < 1 or rounds < 1 or grace_s < 0:
-        raise click.BadParameter("--spacing-ms, --drain-n, --rounds must be positive, "
-                                 "--grace not negative")
+    if spacing_ms <= 0 or drain_n < 1 or rounds < 1 or grace_s < 0 or drain_limit_s <= 0:
+        raise click.BadParameter("--spacing-ms, --drain-n, --drain-limit, --rounds must be "
+                                 "positive, --grace not negative")
     if any(w < 0 for w in windows):
         raise click.BadParameter("a window cannot be negative", param_hint="--window-ms")
     variants = [Variant(rev, w) for rev in (None, *revs)
@@ -968,7 +774,7 @@ def main(mode: str, database_url: str, systems: str, sizes: str, producers_opt: 
         v.tree()  # fail now, not mid-run: a revision that is not there, a window line gone
     handle_stop_signals()
     cfg = Settings(admin_url=database_url, counter_url=f"redis://127.0.0.1:6379/{counter_db}",
-                   rounds=rounds, grace_s=grace_s, seed=seed,
+                   rounds=rounds, grace_s=grace_s, seed=seed, drain_limit_s=drain_limit_s,
                    layout=(MANY_PROCESSES, 1) if mode == "many" else (1, 4))
     cases = cases_for(mode, _sizes(sizes), _ints(producers_opt, "--producers"), spacing_ms,
                       drain_n)
@@ -984,7 +790,8 @@ def main(mode: str, database_url: str, systems: str, sizes: str, producers_opt: 
     info["load_average_at_end"] = list(os.getloadavg())
     settings = {"mode": mode, "systems": chosen, "variants": [v.label for v in variants],
                 "sizes": sizes, "producers": producers_opt, "spacing_ms": spacing_ms,
-                "drain_n": drain_n, "rounds": rounds, "grace_s": grace_s, "seed": seed,
+                "drain_n": drain_n, "drain_limit_s": drain_limit_s, "rounds": rounds,
+                "grace_s": grace_s, "seed": seed,
                 "layout": list(cfg.layout)}
     data = {"mode": mode, "command": command_line(), "revision": git_revision(),
             "machine": info, "settings": settings, "results": results}

@@ -38,9 +38,9 @@ SECTIONS = {
     "connection_budget": "connection_budget",
     "connection_budget_single_pool": "connection_budget",
     "transaction": "bench_transaction",
-    "burst": "bench_burst",
-    "peers": "bench_burst",
-    "many_workers": "bench_burst",
+    "burst": "_burst_report",
+    "peers": "_burst_report",
+    "many_workers": "_burst_report",
 }
 #: README's comparison table: its own writer, from several results files.
 README_SECTION = "readme"
