@@ -21,14 +21,16 @@ worker processes, and starts after a CHECKPOINT. Lateness is the job's own start
   producers: a countdown burst (lateness) and a drain (end to end), with the NOTIFYs counted
   (a LISTEN of the harness' own), ``pg_notification_queue_usage()`` sampled, and the CPU of
   the database's backends, of PostgreSQL's WAL writer/checkpointer/bgwriter, and of the
-  workers. Run it with ``--window-ms 0 --window-ms 5``.
+  workers. Run it with ``--window-ms 0 --window-ms 5`` (or ``--variant``s: see below).
 
 Rounds (``--rounds``, default 3) interleave the systems and variants, the order rotating each
 round; each figure is the median of the rounds with their min-max. Variants of delayq:
 ``--rev REV`` (another revision's library, exported with ``git archive``, bench/_variants.py)
 and ``--window-ms MS`` (the wake-up window ``DEFAULT_WINDOW_S`` of core/announce.py set to MS,
-in this checkout's library and in each ``--rev``'s). A run with a variant in ``burst`` or
-``peers`` mode is an A/B: its results go to ``bench/results/<mode>_ab.json``, never to the docs.
+in this checkout's library and in each ``--rev``'s), or exactly the variants named with
+``--variant`` (``.`` or a revision, optionally ``~window_ms=MS``). A run with a variant in
+``burst`` or ``peers`` mode is an A/B: its results go to ``bench/results/<mode>_ab.json``,
+never to the docs.
 Otherwise ``bench/results/{burst,peers,many_workers}.json`` and their sections of
 docs/benchmarks.md (written by ``_burst_report.py``; ``render_docs.py`` rewrites them).
 """
@@ -710,6 +712,25 @@ def _sizes(value: str) -> list[tuple[int, float]]:
     return out
 
 
+def _variant(spec: str) -> Variant:
+    """``REV`` or ``.`` (this checkout), optionally ``~window_ms=MS``."""
+    rev, _, option = spec.partition("~")
+    window: float | None = None
+    if option:
+        name, _, value = option.partition("=")
+        try:
+            window = float(value)
+        except ValueError:
+            window = -1.0
+        if name != "window_ms" or window < 0:
+            raise click.BadParameter(f"{spec!r}: the one option is ~window_ms=MS (MS ≥ 0)",
+                                     param_hint="--variant")
+    if not rev:
+        raise click.BadParameter(f"{spec!r}: name a revision, or `.` for this checkout",
+                                 param_hint="--variant")
+    return Variant(None if rev == "." else rev, window)
+
+
 def _ints(value: str, flag: str) -> list[int]:
     try:
         out = [int(v) for v in value.split(",") if v.strip()]
@@ -745,13 +766,17 @@ def _ints(value: str, flag: str) -> list[int]:
 @click.option("--window-ms", "windows", multiple=True, type=float,
               help="Run delayq with DEFAULT_WINDOW_S set to this (repeatable; applies to "
                    "this checkout and every --rev).")
+@click.option("--variant", "specs", multiple=True,
+              help="Exactly these delayq variants instead (repeatable): REV, or `.` for this "
+                   "checkout, with an optional ~window_ms=MS: `--variant . --variant "
+                   "c73efa0~window_ms=0 --variant c73efa0~window_ms=5`.")
 @click.option("--seed", default=41, show_default=True, help="Of the delays.")
 @click.option("--counter-db", default=13, show_default=True, help="Redis db of the reports.")
 @click.option("--no-write", is_flag=True, help="Only print: no results file, no docs.")
 def main(mode: str, database_url: str, systems: str, sizes: str, producers_opt: str,
          spacing_ms: float, drain_n: int, drain_limit_s: float, rounds: int, grace_s: float,
-         revs: tuple[str, ...],
-         windows: tuple[float, ...], seed: int, counter_db: int, no_write: bool) -> None:
+         revs: tuple[str, ...], windows: tuple[float, ...], specs: tuple[str, ...], seed: int,
+         counter_db: int, no_write: bool) -> None:
     """Countdown bursts, the PostgreSQL-native peers, and many workers (issue 41)."""
     default = {"burst": "celery,dramatiq", "many": "dramatiq",
                "peers": ",".join(s for s in SYSTEMS if s not in OPT_IN)}
@@ -768,10 +793,17 @@ def main(mode: str, database_url: str, systems: str, sizes: str, producers_opt: 
                                  "positive, --grace not negative")
     if any(w < 0 for w in windows):
         raise click.BadParameter("a window cannot be negative", param_hint="--window-ms")
-    variants = [Variant(rev, w) for rev in (None, *revs)
-                for w in (windows or (None,))]
+    if specs and (revs or windows):
+        raise click.BadParameter("either --variant or --rev/--window-ms", param_hint="--variant")
+    variants = ([_variant(spec) for spec in specs] if specs else
+                [Variant(rev, w) for rev in (None, *revs) for w in (windows or (None,))])
     for v in variants:
-        v.tree()  # fail now, not mid-run: a revision that is not there, a window line gone
+        try:  # fail now, not mid-run: a revision that is not there, a window line gone
+            v.tree()
+        except (ValueError, subprocess.CalledProcessError) as exc:
+            why = str(getattr(exc, "stderr", None) or exc).strip()
+            raise click.BadParameter(f"{v.label}: {why}",
+                                     param_hint="--rev/--window-ms/--variant") from None
     handle_stop_signals()
     cfg = Settings(admin_url=database_url, counter_url=f"redis://127.0.0.1:6379/{counter_db}",
                    rounds=rounds, grace_s=grace_s, seed=seed, drain_limit_s=drain_limit_s,
