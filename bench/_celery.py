@@ -32,7 +32,7 @@ from typing import Any
 import celery_bench_app
 import psycopg
 import redis
-from _common import BENCH_DIR, REPO_ROOT, fresh_database, tree_rss
+from _common import BENCH_DIR, REPO_ROOT, fresh_database, tree_rss, wait_for_log
 from _variants import check_import, parse, safe_name, spawn_path, variant_env
 
 BROKERS = ("delayq", "delayq_durable", "delayq_unlogged", "delayq_buffered", "delayq_pgbouncer",
@@ -141,15 +141,7 @@ class Worker:
         _LIVE.add(self)
 
     def wait_ready(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if celery_bench_app.READY_LINE in self.log_path.read_text(errors="replace"):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        tail = self.log_path.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"worker not ready (see {self.log_path}):\n{tail}")
+        wait_for_log(self.proc, self.log_path, celery_bench_app.READY_LINE, timeout=timeout)
 
     def rss(self) -> int:
         """Resident bytes of the worker and its pool children (0 if it is gone)."""

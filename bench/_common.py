@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -258,6 +259,44 @@ def median_of(rows: Iterable[dict[str, Any]], key: str, digits: int = 2) -> floa
     """Median of ``row[key]`` over the rows that have it (None if none do)."""
     values = [r[key] for r in rows if r.get(key) is not None]
     return round(statistics.median(values), digits) if values else None
+
+
+def spread(median: float, low: float, high: float, fmt: str = "{:,.1f}") -> str:
+    """A median with the rounds' min-max, one format for all three: ``"4.2 (3.9–5.0)"``; the
+    median alone when the rounds agree (or there was one)."""
+    text = fmt.format(median)
+    lo, hi = fmt.format(low), fmt.format(high)
+    return text if lo == hi else f"{text} ({lo}–{hi})"
+
+
+# -- processes ------------------------------------------------------------------------
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def handle_stop_signals() -> None:
+    """SIGTERM stops a bench as Ctrl-C does (its workers, producers and databases are cleaned
+    up by the ``finally`` blocks), and Ctrl-C reaches it even when started from a shell that
+    ignores SIGINT in the background (``nohup … &``)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def wait_for_log(proc: subprocess.Popen[bytes], log_path: Path, line: str, count: int = 1,
+                 timeout: float = 90.0) -> None:
+    """Wait until a worker's log holds ``line`` ``count`` times (its ready line, once per
+    process it forks); a clear error with the log's tail if it exits or the time is up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log_path.read_text(errors="replace").count(line) >= count:
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    tail = log_path.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"worker not ready (see {log_path}):\n{tail}")
 
 
 # -- progress -------------------------------------------------------------------------

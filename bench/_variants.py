@@ -12,6 +12,10 @@ plain broker names, ``--brokers`` takes
   broker's own, the value read as JSON when it parses (``~durable_acks=true``), else as text.
 
 Worker and producer processes check at start that they import delayq from where they should.
+
+``bench_burst.py`` also varies one line: :func:`window_tree` is a revision's library (or this
+checkout's) with the wake-up window ``DEFAULT_WINDOW_S`` of core/announce.py set to another
+value, run through :func:`tree_env` like a revision.
 """
 
 from __future__ import annotations
@@ -89,6 +93,37 @@ def source_tree(rev: str) -> Path:
     return _TREES[sha]
 
 
+#: The one line :func:`window_tree` sets, and the file that holds it.
+WINDOW_FILE = Path("delayq_transport/core/announce.py")
+_WINDOW_LINE = re.compile(r"^DEFAULT_WINDOW_S = .*$", re.MULTILINE)
+#: The packages a tree of this checkout holds (what ``git archive`` of a revision gives too).
+_PACKAGES = ("delayq_transport", "delayq_beat")
+
+
+def window_tree(rev: str | None, window_ms: float) -> Path:
+    """The library of ``rev`` (None: this checkout's working tree, uncommitted changes
+    included) with ``DEFAULT_WINDOW_S`` set to ``window_ms``, copied once per run and removed
+    at exit; a clear error when that revision has no such line (the window is gone or moved)."""
+    key = f"{rev or '.'}~window_ms={window_ms:g}"
+    if key not in _TREES:
+        tree = Path(tempfile.mkdtemp(prefix="delayq-ab-window-"))
+        _TREES[key] = tree
+        ignore = shutil.ignore_patterns("__pycache__")
+        if rev is None:
+            for package in _PACKAGES:
+                shutil.copytree(REPO_ROOT / package, tree / package, ignore=ignore)
+        else:
+            shutil.copytree(source_tree(rev), tree, ignore=ignore, dirs_exist_ok=True)
+        path = tree / WINDOW_FILE
+        text, found = _WINDOW_LINE.subn(f"DEFAULT_WINDOW_S = {window_ms / 1000!r}",
+                                        path.read_text())
+        if found != 1:
+            raise ValueError(f"{WINDOW_FILE} at {rev or 'this checkout'} has {found} lines "
+                             "`DEFAULT_WINDOW_S = ...`, not one: --window-ms cannot set it")
+        path.write_text(text)
+    return _TREES[key]
+
+
 @atexit.register
 def remove_trees() -> None:
     for tree in _TREES.values():
@@ -102,13 +137,18 @@ def variant_env(env: dict[str, str], variant: Variant) -> dict[str, str]:
     env = dict(env)
     options = {**json.loads(env["BENCH_TRANSPORT_OPTIONS"]), **variant.options}
     env["BENCH_TRANSPORT_OPTIONS"] = json.dumps(options)
-    if variant.rev is not None:
-        tree = source_tree(variant.rev)
-        ours = {str(REPO_ROOT), str(REPO_ROOT) + os.sep}
-        rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                if p and p not in ours and p != str(BENCH_DIR)]
-        env["PYTHONPATH"] = os.pathsep.join([str(BENCH_DIR), str(tree), *rest])
-        env[ROOT_ENV] = str(tree)
+    return env if variant.rev is None else tree_env(env, source_tree(variant.rev))
+
+
+def tree_env(env: dict[str, str], tree: Path) -> dict[str, str]:
+    """``env`` with a PYTHONPATH that finds ``tree``'s delayq before this checkout's, and the
+    variable its processes check that against (:func:`check_import`)."""
+    env = dict(env)
+    ours = {str(REPO_ROOT), str(REPO_ROOT) + os.sep}
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+            if p and p not in ours and p != str(BENCH_DIR)]
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH_DIR), str(tree), *rest])
+    env[ROOT_ENV] = str(tree)
     return env
 
 

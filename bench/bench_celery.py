@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import statistics
 import time
 import uuid
@@ -56,7 +55,6 @@ from _celery import (
     kill_all,
     list_len,
     noop_jobs,
-    on_sigterm,
     publish,
     publish_paced,
     publish_threaded,
@@ -80,6 +78,7 @@ from _common import (
     console,
     cpu_seconds,
     git_revision,
+    handle_stop_signals,
     load_results,
     machine_info,
     markdown_table,
@@ -425,9 +424,7 @@ def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int
     brokers = _choices(brokers_opt, BROKERS, "--brokers")
     if redis_db == counter_db:
         raise click.BadParameter("must differ from --counter-db", param_hint="--redis-db")
-    signal.signal(signal.SIGTERM, on_sigterm)
-    # Ctrl-C must reach us even when started from a shell that ignores SIGINT in the background.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    handle_stop_signals()  # workers, producers and databases cleaned up on SIGTERM
     cfg = Settings.build(quick, producers=producers, admin_url=admin_url, redis_db=redis_db,
                          counter_db=counter_db, producer_threads=producer_threads,
                          throughput_rounds=rounds)

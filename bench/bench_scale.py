@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import statistics
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from typing import Any
 import _scale_snapshot as snapshot
 import click
 import psycopg
-from _celery import BrokerRun, Settings, broker_state, delayq_run, on_sigterm
+from _celery import BrokerRun, Settings, broker_state, delayq_run
 from _common import (
     DEFAULT_ADMIN_URL,
     IMG_DIR,
@@ -48,6 +47,7 @@ from _common import (
     console,
     fresh_database,
     git_revision,
+    handle_stop_signals,
     load_far_rows,
     load_results,
     machine_info,
@@ -234,8 +234,7 @@ def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes
          redis_db: int, counter_db: int, database_url: str, write_docs: bool, name: str,
          server_note: str, redis_from: str) -> None:
     """Drain and pick-up vs waiting rows, and over time with a held snapshot, vs Redis."""
-    signal.signal(signal.SIGTERM, on_sigterm)  # workers, producers and databases cleaned up
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with nohup &
+    handle_stop_signals()  # workers, producers and databases cleaned up on SIGTERM
     cfg = Settings.build(True, producers=2, admin_url=database_url, redis_db=redis_db,
                          counter_db=counter_db)
     cfg = dataclasses.replace(cfg, throughput_n=drain_n)

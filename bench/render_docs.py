@@ -43,6 +43,9 @@ SECTIONS = {
     "celery_pgbouncer": "_hand_recorded",
     "scale_10m": "_hand_recorded",
     "task_account": "_hand_recorded",
+    "burst": "_burst_report",
+    "peers": "_burst_report",
+    "many_workers": "_burst_report",
 }
 #: README's comparison table: its own writer, from several results files.
 README_SECTION = "readme"
