@@ -34,8 +34,10 @@ _BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)b")
 #: is the demo's own.
 DEMO_MARK = "created by `delayq demo`; `delayq --table delayq_demo uninstall` lists what it made"
 
-#: Expands ``{now}``: the injected clock if the queue has one, else the database clock.
-NOW_SQL = "COALESCE(%(now)s::bigint, (extract(epoch FROM now()) * 1000)::bigint)"
+#: Expands ``{now}``: the injected clock if the queue has one, else the database clock in whole
+#: milliseconds, rounded down: a cast alone rounds to the nearest, and a row due at T was taken
+#: up to half a millisecond before T (a Dramatiq countdown's ETA is whole milliseconds).
+NOW_SQL = "COALESCE(%(now)s::bigint, floor(extract(epoch FROM now()) * 1000)::bigint)"
 
 
 @cache

@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 from _workers import FakeClock, wait_until
 
 from delayq_transport import Database, DelayedQueue, Offer, OfferOutcome
+from delayq_transport.core.queries import Queries
 from delayq_transport.core.timeutil import to_ms
 from delayq_transport.transport.message import kinds_for
 
@@ -466,3 +468,16 @@ def test_a_queue_closes_a_handed_over_database_and_leaves_a_shared_one_open(
     finally:
         shared.close()
         handed.close()
+
+
+def test_the_database_clock_never_runs_ahead_of_now(database_url: str) -> None:
+    """``{now}`` rounds down to the millisecond: a poll can take a row due at T only once the
+    database's now() reached T, never half a millisecond before (issue 41: none early)."""
+    q = Queries("delayed_queue")
+    with psycopg.connect(database_url) as conn:
+        for _ in range(200):  # now() is the transaction's: both read the same instant
+            row = conn.execute(q["db_now"], {"now": None}).fetchone()
+            exact = conn.execute("SELECT extract(epoch FROM now()) * 1000").fetchone()
+            assert row is not None and exact is not None
+            assert row[0] <= exact[0] < row[0] + 1, (row[0], exact[0])
+            conn.rollback()
