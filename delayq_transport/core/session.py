@@ -117,8 +117,9 @@ class Subscription:
     room what is not held. ``signal`` wakes whoever waits for it (a thread's event) when a
     wake-up, a due time or freed room concerns it. ``deliver`` hands over rows polled on the
     session's behalf (the event-loop face). ``order`` gives the kinds in the order of the next
-    poll (default: ``kinds``); ``keep`` says whether a delivery stays held until settled
-    (default: all; the others are deleted at the poll: delivered means gone).
+    poll (default: ``kinds`` as given, highest priority first); ``keep`` says whether a
+    delivery stays held until settled (default: all; the others are deleted at the poll:
+    delivered means gone).
     """
 
     def __init__(self, session: Session, kinds: Iterable[str], *, window: int | None = None,
@@ -128,12 +129,13 @@ class Subscription:
                  order: Callable[[], list[str]] | None = None,
                  keep: Callable[[Envelope], bool] | None = None) -> None:
         self.session = session
-        self.kinds = set(kinds)
+        ordered = list(dict.fromkeys(kinds))
+        self.kinds = set(ordered)
         self.window = window
         self._capacity = capacity
         self.signal = signal
         self.deliver = deliver
-        self._order = order
+        self._order = order if order is not None else ordered.copy
         self.keep = keep
         #: Poll at the next chance (start-up, a wake-up, an error, notifications lost).
         self.wanted = True
@@ -146,7 +148,7 @@ class Subscription:
         self.held: dict[tuple[int, str], Envelope] = {}
 
     def order(self) -> list[str]:
-        return self._order() if self._order is not None else sorted(self.kinds)
+        return self._order()
 
     def capacity(self) -> tuple[int | None, int | None]:
         if self._capacity is not None:
