@@ -406,6 +406,8 @@ class Session:
                 if delivered:
                     return delivered
             waits = [s.wait_s() for s in self.subscriptions()] or [self.polling_interval]
+            if self.deaf:
+                waits.append(DEAF_READ_INTERVAL_S)
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -511,9 +513,7 @@ class Session:
             return
         self.deaf = deaf
         loop, listener = self._loop, self.listener
-        if loop is None:
-            if not deaf:
-                self.drain()
+        if loop is None:  # the thread that waits reads it (one reader: libpq is not shared)
             return
         if deaf:
             self._timer("deaf", loop.call_repeatedly(DEAF_READ_INTERVAL_S, self.drain))

@@ -116,6 +116,15 @@ def session_of(queue: MemoryQueue, **options: Any) -> Session:
     return session
 
 
+def taken(queue: MemoryQueue, session: Session, rows: int, window: int
+          ) -> tuple[Subscription, list[Envelope]]:
+    """``rows`` due rows of kind ``a``, a subscription of ``window``, and its first poll."""
+    for _ in range(rows):
+        queue.add("a")
+    sub = session.subscribe(["a"], window=window)
+    return sub, session.poll(sub)
+
+
 @pytest.fixture
 def queue() -> MemoryQueue:
     return MemoryQueue()
@@ -133,10 +142,7 @@ def session(queue: MemoryQueue) -> Any:
 
 def test_a_full_poll_leaves_a_backlog_that_waits_for_half_the_window(
         queue: MemoryQueue, session: Session) -> None:
-    for _ in range(20):
-        queue.add("a")
-    sub = session.subscribe(["a"], window=8)
-    first = session.poll(sub)
+    sub, first = taken(queue, session, 20, 8)
     assert len(first) == 8 and sub.backlog, "a full batch: more is due already"
     assert session.poll(sub) == [], "no room"
     session.ack(sub, first[:3])
@@ -183,10 +189,7 @@ def test_kinds_are_polled_in_the_order_given(queue: MemoryQueue, session: Sessio
 
 def test_what_is_held_is_extended_until_settled_and_settling_twice_is_a_no_op(
         queue: MemoryQueue, session: Session) -> None:
-    for _ in range(3):
-        queue.add("a")
-    sub = session.subscribe(["a"], window=10)
-    envs = session.poll(sub)
+    sub, envs = taken(queue, session, 3, 10)
     assert set(sub.held) == {(e.id, e.lock) for e in envs}
     session.extend_leases()
     assert queue.extended[-1] == {envs[0].lock}, "one lock per poll"
@@ -222,10 +225,7 @@ def test_acks_wait_for_the_flush_or_a_full_batch_and_survive_a_failed_flush(
         queue: MemoryQueue) -> None:
     session = session_of(queue, batch_size=4)
     try:
-        for _ in range(6):
-            queue.add("a")
-        sub = session.subscribe(["a"], window=10)
-        envs = session.poll(sub)
+        sub, envs = taken(queue, session, 6, 10)
         envs += session.poll(sub)  # a batch is at most batch_size: the backlog's next poll
         assert len(envs) == 6
         session.ack(sub, envs[:3])
@@ -247,9 +247,7 @@ def test_acks_wait_for_the_flush_or_a_full_batch_and_survive_a_failed_flush(
 def test_the_sessions_thread_flushes_acks_on_its_interval(queue: MemoryQueue) -> None:
     session = session_of(queue, ack_flush_interval=0.01)
     try:
-        queue.add("a")
-        sub = session.subscribe(["a"], window=10)
-        [env] = session.poll(sub)
+        sub, [env] = taken(queue, session, 1, 10)
         flushed = threading.Event()
         ack_many = queue.ack_many
 
