@@ -161,15 +161,15 @@ class Subscription:
 
     def want(self, batch_size: int, now_ms: float | None = None) -> int:
         """How many rows to poll now; 0: not now (see the module docstring)."""
-        room, window = self.capacity()
-        if self.closed or not self.kinds or room is not None and room <= 0:
-            return 0
-        if self.backlog and window and room is not None and room < refill(window):
+        if self.closed or not self.kinds:
             return 0
         due = self.next_due_ms
         now_ms = time.time() * 1000 if now_ms is None else now_ms
         if not (self.wanted or self.backlog or (due is not None and due <= now_ms)
                 or time.monotonic() - self.last_poll >= self.session.polling_interval):
+            return 0
+        room, window = self.capacity()
+        if room is not None and (room <= 0 or self.backlog and window and room < refill(window)):
             return 0
         return batch_size if room is None else min(room, batch_size)
 
@@ -195,16 +195,18 @@ class Subscription:
         floor = int((time.time() + SKEW_RETRY_S) * 1000)
         self.next_due_ms = None if next_due is None else max(next_due, floor)
 
-    def notify(self, now_at: bool, later_ms: int | None) -> None:
+    def notify(self, now_at: bool, later_ms: int | None) -> bool:
         """A wake-up of its kinds: ``now_at`` a row is due now, ``later_ms`` one due later.
-        Only a change wakes the waiter: a stream of sends does not wake it once each."""
-        changed = False
+        Only a change wakes the waiter: a stream of sends does not wake it once each. True if
+        its due time moved earlier (the loop's timer is armed again)."""
+        woken = earlier = False
         if now_at and not self.wanted:
-            self.wanted = changed = True
+            self.wanted = woken = True
         if later_ms is not None and (self.next_due_ms is None or later_ms < self.next_due_ms):
-            self.next_due_ms, changed = later_ms, True
-        if changed and self.signal is not None:
+            self.next_due_ms, earlier = later_ms, True
+        if (woken or earlier) and self.signal is not None:
             self.signal()
+        return earlier
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -469,13 +471,14 @@ class Session:
         lower = self.queue.lower_watermark
         for kind, at_ms in notes:
             lower(kind, at_ms)  # search markers too: the next poll scans from below this row
-        now_ms = time.time() * 1000
+        now_ms, earlier = time.time() * 1000, False
         for sub in self.subscriptions():
             mine = [at for kind, at in notes if kind in sub.kinds]
             if mine:
                 later = [at for at in mine if at > now_ms]
-                sub.notify(len(later) < len(mine), min(later) if later else None)
-        self._arm_timer()
+                earlier |= sub.notify(len(later) < len(mine), min(later) if later else None)
+        if earlier:
+            self._arm_timer()
 
     def wait(self, timeout: float) -> None:
         """Block until a notification may have arrived, the session was kicked (closing, a poll
