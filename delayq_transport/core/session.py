@@ -442,6 +442,9 @@ class Session:
         self.listener = listener
         if self._loop is not None and not self.deaf:
             self._loop.add_reader(listener.fd, self.drain)
+        # What was published before it listened was not heard: everyone polls, from the bottom.
+        self.queue.reset_watermarks()
+        self.wake()
 
     def _lost(self, exc: Exception) -> None:
         """Notifications may have been lost: reconnect, and everyone polls from the bottom."""

@@ -8,6 +8,7 @@ acceptance tests, which run the same session on PostgreSQL)."""
 from __future__ import annotations
 
 import itertools
+import socket
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -303,6 +304,40 @@ def test_every_note_lowers_the_watermark_and_wakes_only_the_subscriptions_of_its
     assert queue.lowered == notes, "search markers too, as they came"
     assert a.wanted and a.next_due_ms == later
     assert not b.wanted and b.next_due_ms is None
+
+
+class SilentListener:
+    """A LISTEN connection on which nothing arrives (a socket pair's quiet end)."""
+
+    def __init__(self) -> None:
+        self._pair = socket.socketpair()
+        self.fd = self._pair[0].fileno()
+        self.closed = False
+
+    def drain(self) -> list[tuple[str, int]]:
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+        for sock in self._pair:
+            sock.close()
+
+
+def test_a_new_listen_connection_makes_everyone_poll_from_the_bottom(
+        queue: MemoryQueue) -> None:
+    """What was published before it listened was not heard (a consumer thread may have polled
+    first): every subscription polls, and the watermarks start from the bottom."""
+    session = session_of(queue, listen=SilentListener)
+    try:
+        sub = session.subscribe(["a"], window=1)
+        session.poll(sub)
+        assert not sub.wanted
+        resets = queue.resets
+        session.listening()
+        assert isinstance(session.listener, SilentListener)
+        assert sub.wanted and queue.resets == resets + 1
+    finally:
+        session.close()
 
 
 def test_listen_that_cannot_deliver_polls_on_the_short_interval(queue: MemoryQueue) -> None:
