@@ -303,8 +303,10 @@ class Session:
             return [s for s in self._subs if not s.closed]
 
     def unsubscribe(self, sub: Subscription) -> None:
-        """Delete what it acked, give back everything else it still holds."""
+        """Delete what it acked, give back everything else it still holds; its waiter wakes."""
         sub.closed = True
+        if sub.signal is not None:
+            sub.signal()
         try:
             self.flush()
             with self.lock:

@@ -373,6 +373,12 @@ def test_close_wakes_every_wait_at_once(queue: MemoryQueue) -> None:
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
+    gone = threading.Event()
+    other = session.subscribe(["b"], window=1, signal=gone.set)
+    session.poll(other)
+    gone.clear()
+    session.unsubscribe(other)  # as Dramatiq's broker closes its consumers first
+    assert gone.wait(EVENT_WAIT_S), "an unsubscribed waiter was not woken"
     session.close()
     assert event.wait(EVENT_WAIT_S), "the subscription's waiter was not woken"
     assert served.wait(EVENT_WAIT_S), "the blocking wait was not woken"
