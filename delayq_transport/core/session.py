@@ -570,8 +570,10 @@ class Session:
         """Wake the loop exactly when the earliest known row becomes due (it does nothing when
         it fires: the loop comes round and the tick sees who is due)."""
         loop = self._loop
+        if loop is None:  # a waiting thread computes its own wait (Subscription.wait_s)
+            return
         dues = [s.next_due_ms for s in self.subscriptions() if s.next_due_ms is not None]
-        if loop is not None and dues:
+        if dues:
             wait = max(min(dues) / 1000 - time.time(), SKEW_RETRY_S)
             self._timer("due", loop.call_later(wait, lambda: None))
 
