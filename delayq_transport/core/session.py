@@ -15,7 +15,7 @@ Dramatiq broker). The session owns the machinery the front ends used to write tw
   the leases of everything held are extended every third of the lease by a thread of the
   session, so a long task keeps its lease whatever the worker's own loop is doing;
 * **settling**: acks are deleted in batches (every :data:`ACK_FLUSH_INTERVAL_S` or
-  ``batch_size`` acks); releases and dead letters at once;
+  ``batch_size`` acks); releases and dead letters (:mod:`.partitions`) at once;
 * the **misfire drop**: rows the front end's predicate says misfired (periodic occurrences
   that were due while no worker ran) are acked at the poll, never delivered;
 * **skew retry**: a due time that turns out not due yet (host and database clocks differ by a
@@ -40,11 +40,15 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from queue import SimpleQueue
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from . import partitions
 from .errors import DatabaseError, DatabaseUnavailable, ListenUndeliverable
 from .listen import Listener
 from .types import Envelope
+
+if TYPE_CHECKING:
+    from .queue import DelayedQueue
 
 log = logging.getLogger(__name__)
 
@@ -679,9 +683,16 @@ class Session:
         sub.wanted = True
         return self.queue.release(gone) if gone else 0
 
-    def forget(self, sub: Subscription, deliveries: Iterable[Delivery]) -> list[tuple[int, str]]:
-        """Stop holding rows the front end settles itself (a dead letter's move)."""
-        return sub._forget(deliveries)
+    def dead_letter(self, sub: Subscription, deliveries: Sequence[Delivery], to_kind: str,
+                    retention_s: float, payloads: Sequence[bytes | None]) -> int:
+        """Move held rows to ``to_kind`` at once (kept ``retention_s``, never polled), each with
+        its payload (None keeps the stored one); a row no longer held is left alone."""
+        by_key = dict(zip(map(_key, deliveries), payloads, strict=True))
+        gone = sub._forget(by_key)
+        if not gone:
+            return 0
+        return partitions.dead_letter(cast("DelayedQueue", self.queue), gone, to_kind,
+                                      retention_s, [by_key[k] for k in gone])
 
     def flush(self) -> None:
         """Delete every pending ack now; kept for the next flush when the database fails."""

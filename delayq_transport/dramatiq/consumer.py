@@ -20,7 +20,6 @@ from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import DecodeError
 from dramatiq.message import Message
 
-from ..core import partitions
 from ..core.timeutil import to_ms
 from ..core.types import Envelope
 from ..scheduling.misfire import misfired
@@ -107,9 +106,8 @@ class DelayqConsumer(Consumer):
         self.session.release(self.sub, [_envelope(m) for m in messages])
 
     def _dead_letter(self, env: Envelope, payload: bytes | None) -> None:
-        if self.session.forget(self.sub, [env]):
-            partitions.dead_letter(self.broker.queue, [env], self.broker.dead_letter_kind(
-                self.queue_name), self.broker.dead_message_ttl_s, [payload])
+        self.session.dead_letter(self.sub, [env], self.broker.dead_letter_kind(self.queue_name),
+                                 self.broker.dead_message_ttl_s, [payload])
 
     def close(self) -> None:
         """Delete what was acked, give back everything else still held.
