@@ -395,6 +395,8 @@ class Session:
 
     def _deliver(self, plans: list[tuple[Subscription, int]], done: list[Polled],
                  error: Exception | None) -> int:
+        """Learn from the polls, then hand what they took to each subscription's ``deliver``
+        (rows taken before an error are delivered too, then the error is raised)."""
         try:
             self._learn(plans, done, error)
         finally:
@@ -588,7 +590,7 @@ class Session:
         plans = self._plans()
         if not plans:
             return
-        if self.listener is None and not self.unheard:
+        if self.listener is None and not self.unheard and self._listen is not None:
             self._lost(DatabaseUnavailable("LISTEN connection lost"))
         future: PollJob = Future()
         self._inflight = future
