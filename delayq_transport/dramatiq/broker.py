@@ -37,11 +37,13 @@ from dramatiq.middleware import Middleware
 from ..core import partitions
 from ..core.db import Database, mask_password
 from ..core.errors import InvalidInput
+from ..core.listen import Listener
 from ..core.publish_buffer import PublishBuffer, check_linger
 from ..core.queue import DelayedQueue
+from ..core.session import Session
 from ..core.timeutil import from_ms
 from . import names
-from .consumer import DelayqConsumer, Hub, IdleConsumer
+from .consumer import DelayqConsumer, IdleConsumer, misfired_periodic
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,8 @@ DEFAULT_POLLING_INTERVAL_S = 5.0
 DEFAULT_DEAD_MESSAGE_TTL_MS = int(os.getenv("dramatiq_dead_message_ttl", 86400000 * 7))
 #: How often ``join`` looks at the row count.
 JOIN_POLL_S = 0.01
+#: How often dead letters past their retention are deleted.
+EXPIRE_INTERVAL_S = 60.0
 #: Exceptions of dead-lettered messages kept per queue for ``join(fail_fast=True)``.
 FAILURES_KEPT = 100
 
@@ -177,10 +181,23 @@ class DelayqBroker(Broker):
         self._failures: defaultdict[str, deque[Failure]] = defaultdict(
             lambda: deque(maxlen=FAILURES_KEPT))
         self._lock = threading.Lock()
-        self.hub = Hub(self)
+        self._session: Session | None = None
         linger = check_linger(publish_linger, durable_publish=durable_publish)
         #: ``publish_linger`` on: this process' sends, written in batches (off: None).
         self.publisher = PublishBuffer(self.queue_for, linger) if linger else None
+
+    @property
+    def session(self) -> Session:
+        """The consumer session of this broker's consumers (core/session.py): its thread reads
+        LISTEN, deletes acks in batches, extends leases and expires dead letters."""
+        if self._session is None:
+            self._session = Session(
+                self.queue, listen=lambda: Listener(self.db, self.queue.queries),
+                polling_interval=self.polling_interval,
+                unheard_polling_interval=self.unheard_polling_interval,
+                misfired=misfired_periodic(self), listen_on_thread=True,
+                jobs=[(EXPIRE_INTERVAL_S, self.expire_dead_letters)])
+        return self._session
 
     def flush_publishes(self) -> None:
         """Write what this process buffered first: a purge or a join must see it."""
@@ -287,19 +304,22 @@ class DelayqBroker(Broker):
         while partitions.count_all(self.queue, kinds):
             if deadline is not None and time.monotonic() >= deadline:
                 raise QueueJoinTimeout(queue_name)
-            self.hub.flush()
+            if self._session is not None:
+                self._session.flush()
             time.sleep(JOIN_POLL_S)
         if fail_fast if fail_fast is not None else self.fail_fast_default:
             for failure in list(self._failures[queue_name]):
                 raise _rebuild(failure) from None
 
     def close(self) -> None:
-        """Release what any consumer of this broker still holds, stop the hub."""
+        """Release what any consumer of this broker still holds, stop the session."""
         if self.publisher is not None:
             self.publisher.close()
-        for consumer in self.hub.consumers():
-            consumer.close()
-        self.hub.stop()
+        session, self._session = self._session, None
+        if session is not None:
+            for sub in session.subscriptions():
+                session.unsubscribe(sub)
+            session.close()
         self.queue.close()  # sends the wake-ups still pending (core/announce.py)
         if self._owns_db:
             self.db.close()
@@ -329,7 +349,7 @@ class DelayqBroker(Broker):
         return [m for q in sorted(self.queues) for m in self.dead_letters_of(q)]
 
     def expire_dead_letters(self) -> int:
-        """Delete dead letters whose retention ended (the hub does it every minute)."""
+        """Delete dead letters whose retention ended (the session does it every minute)."""
         return partitions.expire(self.queue, [self.dead_letter_kind(q) for q in self.queues])
 
     def stats(self, queue_name: str) -> dict[str, Any]:

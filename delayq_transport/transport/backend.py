@@ -83,17 +83,15 @@ class Backend:
     def listener(self) -> Listener:
         """A new LISTENing connection for this table's wake-ups.
 
-        Raises ListenUndeliverable, once found and from then on without trying again, when
-        LISTEN cannot deliver (see core/listen.py); the poll's low watermark, which only NOTIFYs
-        keep sound, is then off for this process."""
+        Raises ListenUndeliverable, once found and from then on without trying again (each
+        probe waits up to 2 s), when LISTEN cannot deliver (see core/listen.py); the consumer
+        session then polls instead, with the low watermark off."""
         if self.listen_error is not None:
             raise self.listen_error
         try:
             return Listener(self.db, self.queue.queries)
         except ListenUndeliverable as exc:
             self.listen_error = exc
-            self.queue.disable_watermarks()
-            log.log(logging.INFO if exc.expected else logging.WARNING, "delayq: %s", exc)
             raise
 
     @classmethod

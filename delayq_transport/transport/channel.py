@@ -3,15 +3,14 @@
 Routing and most of the AMQP surface come from kombu's virtual base; a channel implements the
 primitives (``_put``, ``_get``, ``_purge``, ``_size``, ``_new_queue``, ``_has_queue``,
 ``_delete``), fanout through the shared bindings table, and the consumer side the transport's
-poller drives (:meth:`DelayqChannel.plan_poll`, :meth:`~DelayqChannel.fetch`,
-:meth:`~DelayqChannel.deliver`).
+transport's consumer session (core/session.py) drives: each channel is one subscription of
+it, and :meth:`DelayqChannel.deliver` hands its polled rows to kombu.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -23,6 +22,8 @@ from kombu.transport.virtual.base import queue_declare_ok_t
 
 from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
 from ..core.joined import current
+from ..core.queue import DelayedQueue
+from ..core.session import Subscription
 from ..core.types import Envelope
 from . import message as msg
 from .options import (
@@ -32,7 +33,6 @@ from .options import (
     DEFAULT_BINDING_TTL_S,
     DEFAULT_MAX_MESSAGE_BYTES,
 )
-from .poller import PollPlan
 
 if TYPE_CHECKING:
     from .ports import TransportPort
@@ -47,54 +47,55 @@ _BEAT_HEADER = "delayq_beat"
 
 
 @cache
-def _misfire_check() -> Callable[..., bool]:
-    """The scheduling engine's worker-side misfire policy (imported on the first beat
-    occurrence: a worker that runs none never loads the engine)."""
+def _beat_policy() -> tuple[Callable[..., bool], Callable[..., int]]:
+    """The scheduling engine's worker-side misfire policy and its write of received occurrences
+    to django-celery-beat's run history (beat in admin mode), imported on the first beat
+    occurrence: a worker that runs none never loads the engine."""
+    from ..scheduling.djbeat import record_runs
     from ..scheduling.misfire import drop_misfired
 
-    return drop_misfired
+    return drop_misfired, record_runs
 
 
-@cache
-def _run_history() -> Callable[..., int]:
-    """The engine's write of received occurrences to django-celery-beat's run history (beat
-    in admin mode); imported with the misfire check."""
-    from ..scheduling.djbeat import record_runs
+def misfired_beats(queue: DelayedQueue) -> Callable[[list[Envelope]], list[Envelope]]:
+    """The session's misfire predicate (core/session.py): beat occurrences that misfired while
+    no worker ran follow their entry's policy, so a worker coming back before beat's next
+    refresh does not run the whole backlog."""
+    def misfired(envs: list[Envelope]) -> list[Envelope]:
+        beat = [e for e in envs if _BEAT_MARK in e.payload]
+        if not beat:
+            return []
+        check, record = _beat_policy()
+        dropped, kept = [], []
+        for env in beat:
+            message = msg.decode(env.payload)
+            if check(queue, env.kind, message):
+                dropped.append(env)
+            else:
+                kept.append((env.key, (message.get("headers") or {}).get(_BEAT_HEADER)))
+        record(queue, kept)  # entries of django-celery-beat's tables (admin mode)
+        return dropped
+    return misfired
 
-    return record_runs
 
-
-def _delivery_tag(env: Envelope) -> str:
-    return f"{env.id}:{env.lock}"
-
-
-def _parse_tag(tag: str) -> tuple[int, str]:
+def _pair(tag: str) -> tuple[int, str]:
     row_id, _, lock = str(tag).partition(":")
     return int(row_id), lock
 
 
-
-
 class QoS(virtual.QoS):
-    """Acks delete rows (batched, from any thread); rejects and restores release them in place."""
+    """Acks delete rows (batched by the session, from any thread); rejects and restores
+    release them in place."""
 
     _delivered: OrderedDict[str, Any]  # type: ignore[assignment]
     channel: DelayqChannel
 
     def ack(self, delivery_tag: str) -> None:
-        self.channel._forget(delivery_tag, ack=True)
-        super().ack(delivery_tag)
-        # Poll again once half the prefetch window is free: one poll then fills several slots,
-        # and the messages still in the window keep the pool busy meanwhile.
-        window = self.prefetch_count
-        if not window or (self.can_consume_max_estimate() or 0) >= max(1, window // 2):
-            self.channel.transport.wake(self.channel)
+        super().ack(delivery_tag)  # first: the room the session reads is then free
+        self.channel.settle([delivery_tag], ack=True)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        self.channel._forget(delivery_tag, ack=not requeue)
-        if requeue:
-            self.channel.backend.queue.release([_parse_tag(delivery_tag)])
-            self.channel.transport.wake(self.channel)
+        self.channel.settle([delivery_tag], ack=not requeue)
         self._quick_ack(delivery_tag)
 
     def restore_unacked(self) -> list[Exception]:
@@ -102,16 +103,13 @@ class QoS(virtual.QoS):
         self._flush()
         tags = list(self._delivered)
         self._delivered.clear()
-        for tag in tags:
-            self.channel._forget(tag, ack=False)
         try:
-            self.channel.backend.queue.release([_parse_tag(t) for t in tags])
+            self.channel.settle(tags, ack=False)
         except (DatabaseUnavailable, DatabaseError) as exc:
             # The leases run out on their own: nothing is lost, only delayed.
             log.warning("delayq: could not release %d unacked message(s); they come back when "
                         "their lease ends: %s", len(tags), exc)
         return []
-
 
 
 class DelayqChannel(virtual.Channel):
@@ -137,28 +135,40 @@ class DelayqChannel(virtual.Channel):
         super().__init__(connection, **kwargs)
         self.transport: TransportPort = connection
         self.backend = connection.backend
-        self._held: dict[str, tuple[int, str]] = {}
-        self._held_lock = threading.Lock()
-        self._acks: list[tuple[int, str]] = []
         self._no_ack_queues: set[str] = set()
         self._auto_delete: set[str] = set()
         self._rotation = 0
         self._steps = tuple(int(s) for s in self.priority_steps)
-        #: Poll this channel at the next chance. Kept per channel so a busy task queue does not
-        #: drag the worker's quiet control queue into every poll (that doubled the statements).
-        self.poll_wanted = True
-        #: Earliest known scheduledAt (epoch ms) over this channel's kinds; None: none known.
-        self.next_due_ms: int | None = None
-        #: The last poll filled what it asked for: more messages are waiting (see plan_poll).
-        self.backlog = False
+        #: This channel's share of the transport's consumer session (core/session.py), made
+        #: on the first consume or get. One per channel, so a busy task queue does not drag
+        #: the worker's quiet control queue into every poll (that doubled the statements).
+        self._sub: Subscription | None = None
 
     # -- kinds ---------------------------------------------------------------------------
 
     def _kinds(self, queue: str) -> list[str]:
         return msg.kinds_for(queue, self._steps)
 
+    @property
+    def subscription(self) -> Subscription:
+        if self._sub is None:
+            self._sub = self.transport.session.subscribe(
+                (), capacity=self._capacity, deliver=self.deliver, order=self._poll_kinds,
+                keep=lambda env: msg.queue_of_kind(env.kind)[0] not in self._no_ack_queues)
+        return self._sub
+
+    def _capacity(self) -> tuple[int | None, int | None]:
+        """(room, window) of the prefetch window: the QoS is the loop thread's own."""
+        qos = self.qos
+        return (qos.can_consume_max_estimate() if qos.can_consume() else 0,
+                qos.prefetch_count or None)
+
     def consumed_kinds(self) -> set[str]:
+        """The kinds of the queues this channel consumes (`celery inspect scheduled` lists them)."""
         return {k for q in self._active_queues for k in self._kinds(q)}
+
+    def _consumed(self) -> None:
+        self.subscription.kinds = self.consumed_kinds()
 
     def _poll_kinds(self) -> list[str]:
         """Priority buckets first, queues rotated per poll so none starves at equal priority."""
@@ -187,11 +197,10 @@ class DelayqChannel(virtual.Channel):
         )
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        envs = self.backend.queue.try_poll_many(1, self._kinds(queue))
+        envs = self.transport.session.fetch(self.subscription, 1, self._kinds(queue)).envs
         if not envs:
             raise Empty()
-        self.transport.ensure_maintenance()  # flushes this message's ack, extends its lease
-        return self._to_message(envs[0], queue, ack_needed=True)
+        return self._to_message(envs[0], queue)
 
     def _purge(self, queue: str) -> int:
         self.backend.flush_publishes()
@@ -267,7 +276,8 @@ class DelayqChannel(virtual.Channel):
         if no_ack:
             self._no_ack_queues.add(queue)
         result = super().basic_consume(queue, no_ack, *args, **kwargs)
-        self.transport.consuming_started(self)
+        self._consumed()
+        self.transport.consuming_started()
         return result
 
     def basic_cancel(self, consumer_tag: str) -> Any:
@@ -275,126 +285,56 @@ class DelayqChannel(virtual.Channel):
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._active_queues:
             self._no_ack_queues.discard(queue)
+        self._consumed()
         return result
 
-    def _to_message(self, env: Envelope, queue: str, *, ack_needed: bool) -> dict[str, Any]:
+    def _to_message(self, env: Envelope, queue: str) -> dict[str, Any]:
         message = msg.decode(env.payload)
         props = message.setdefault("properties", {})
-        props["delivery_tag"] = tag = _delivery_tag(env)
+        props["delivery_tag"] = f"{env.id}:{env.lock}"
         props.setdefault("delivery_info", {})["redelivered"] = env.is_redelivery
         message["redelivered"] = env.is_redelivery
-        if ack_needed:
-            with self._held_lock:
-                self._held[tag] = (env.id, env.lock)
         return message
 
-    def plan_poll(self) -> PollPlan | None:
-        """What this channel has room for; decided on the loop thread, which owns the QoS.
-
-        Under a backlog on the worker's event loop, wait until half the prefetch window is
-        free: refilling one or two slots per poll made a poll (a round trip, a statement and a
-        thread hop) cost ~0.5 of a task; the half of the window still held keeps the pool busy
-        meanwhile. Without a known backlog (a wake-up, a due time) any room is polled at once,
-        so latency is unchanged."""
-        if not self._active_queues or not self.qos.can_consume():
-            return None
-        room = self.qos.can_consume_max_estimate()
-        window = self.qos.prefetch_count
-        if (self.backlog and window and room is not None and room < max(1, window // 2)
-                and self.transport.hub is not None):
-            return None
-        want = min(room or self.batch_size, self.batch_size)
-        return PollPlan(self, want, self._poll_kinds(), frozenset(self._no_ack_queues))
-
-    def fetch(self, plan: PollPlan) -> None:
-        """Take due messages into the plan: database work only, so it may run off the loop
-        thread (the consumer's state is touched by ``plan_poll`` and ``deliver`` alone)."""
-        polled, plan.next_due = self.backend.queue.poll(plan.want, plan.kinds)
-        plan.more = len(polled) == plan.want
-        plan.envelopes = self._drop_misfired(polled)
-        no_ack = [e for e in plan.envelopes if not plan.needs_ack(e)]
-        if no_ack:
-            self.backend.queue.ack_many(no_ack)  # no_ack: delivered means gone
-
-    def deliver(self, plan: PollPlan) -> int:
-        """Hand fetched messages to their consumers; a queue no longer consumed (cancelled, or
-        the channel closed while the poll ran) gets its rows back at once, not after the lease."""
+    def deliver(self, sub: Subscription, envs: list[Envelope]) -> int:
+        """Hand polled rows to their consumers (on the loop thread); a queue no longer
+        consumed (cancelled, or the channel closed while the poll ran) gets its rows back at
+        once, not after the lease."""
         active = set() if self.closed else set(self._active_queues)
         deliver = self.connection._deliver
         delivered, gone = 0, []
-        for env in plan.envelopes:
+        for env in envs:
             queue = msg.queue_of_kind(env.kind)[0]
-            ack_needed = queue not in plan.no_ack
             if queue in active:
-                deliver(self._to_message(env, queue, ack_needed=ack_needed), queue)
+                deliver(self._to_message(env, queue), queue)
                 delivered += 1
-            elif ack_needed:
+            else:
                 gone.append(env)
         if gone:
-            self.backend.queue.release(gone)
+            self.transport.session.release(sub, gone)
         return delivered
 
-    def _drop_misfired(self, envs: list[Envelope]) -> list[Envelope]:
-        """Beat occurrences that misfired while no worker ran follow their entry's policy, so a
-        worker coming back before beat's next refresh does not run the whole backlog."""
-        beat = [e for e in envs if _BEAT_MARK in e.payload]
-        if not beat:
-            return envs
-        check, queue = _misfire_check(), self.backend.queue
-        dropped, kept = [], []
-        for env in beat:
-            message = msg.decode(env.payload)
-            if check(queue, env.kind, message):
-                dropped.append(env)
-            else:
-                kept.append((env.key, (message.get("headers") or {}).get(_BEAT_HEADER)))
-        _run_history()(queue, kept)  # entries of django-celery-beat's tables (admin mode)
-        if not dropped:
-            return envs
-        queue.ack_many(dropped)
-        gone = {e.id for e in dropped}
-        return [e for e in envs if e.id not in gone]
-
-    # -- acks and leases -------------------------------------------------------------------
-
-    def _forget(self, tag: str, *, ack: bool) -> None:
-        with self._held_lock:
-            pair = self._held.pop(tag, None)
-            if ack and pair is not None:
-                self._acks.append(pair)
-                flush_now = len(self._acks) >= self.batch_size
-            else:
-                flush_now = False
-        if flush_now:
-            self.flush_acks()
-
-    def flush_acks(self) -> None:
-        with self._held_lock:
-            acks, self._acks = self._acks, []
-        if acks:
-            try:
-                self.backend.queue.ack_many(acks)
-            except (DatabaseUnavailable, DatabaseError):
-                with self._held_lock:
-                    self._acks[:0] = acks  # keep them for the next flush
-                raise
+    def settle(self, tags: list[str], *, ack: bool) -> None:
+        if self._sub is None or not tags:
+            return
+        pairs = [_pair(t) for t in tags]
+        if ack:
+            self.transport.session.ack(self._sub, pairs)
+        else:
+            self.transport.session.release(self._sub, pairs)
 
     def consumed_queues(self) -> set[str]:
         """The queues this channel consumes (kombu's active queues)."""
         return set(self._active_queues)
 
-    def held_locks(self) -> set[str]:
-        with self._held_lock:
-            return {lock for _, lock in self._held.values()}
-
     def close(self) -> None:
         if self.closed:
             return
-        try:
-            self.flush_acks()
-        except (DatabaseUnavailable, DatabaseError) as exc:
-            log.warning("delayq: could not flush acks on close (they will be redelivered): %s",
-                        exc)
-        super().close()
-        self.transport.channel_closed(self)
+        super().close()  # restores (releases) what was delivered and not acked
+        if self._sub is not None:
+            try:
+                self.transport.session.unsubscribe(self._sub)
+            except (DatabaseUnavailable, DatabaseError) as exc:
+                log.warning("delayq: could not settle on close (acked messages may be "
+                            "redelivered, the rest come back when their lease ends): %s", exc)
 

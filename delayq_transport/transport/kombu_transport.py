@@ -35,10 +35,7 @@ docs/reference/transport-options.md is rendered from.
 
 from __future__ import annotations
 
-import logging
 import socket
-import time
-from concurrent.futures import Future
 from typing import Any
 
 import psycopg
@@ -46,22 +43,17 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 
 from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
 from ..core.publish_buffer import check_linger
+from ..core.session import Session
 from .backend import Backend
-from .channel import DelayqChannel
-from .maintenance import Maintenance
+from .channel import DelayqChannel, misfired_beats
 from .options import (
     BACKEND_OPTIONS,
     DEFAULT_ACK_FLUSH_INTERVAL_S,
-    DEFAULT_CLOSE_WAIT_S,
+    DEFAULT_BINDING_TTL_S,
     DEFAULT_POLLING_INTERVAL_S,
-    SKEW_RETRY_S,
+    TRANSPORT_OPTIONS,
 )
-from .poller import Poller, PollPlan, fetch_all
-from .ports import ChannelPort
 from .urls import render, url_from_client
-from .wakeups import Wakeups
-
-log = logging.getLogger(__name__)
 
 for _scheme in ("delayq", "delayq+postgresql", "delayq+postgres"):  # see delayq_transport
     TRANSPORT_ALIASES.setdefault(_scheme, "delayq_transport.transport:Transport")
@@ -71,9 +63,9 @@ class Transport(virtual.Transport):
     """kombu transport whose broker is a PostgreSQL table.
 
     The transport owns what its channels share: the :class:`~.backend.Backend` (pool, queue,
-    bindings), the LISTEN connection (:class:`~.wakeups.Wakeups`), the poller thread
-    (:class:`~.poller.Poller`) and the maintenance thread (:class:`~.maintenance.Maintenance`).
-    It decides *when* to poll (woken, due, fallback); channels decide *what* to poll.
+    bindings) and the consumer :class:`~delayq_transport.core.session.Session` (LISTEN, the
+    due-time timers, pacing, polls off the event loop, batched acks, leases), of which each
+    consuming channel is one subscription.
     """
 
     Channel = DelayqChannel
@@ -121,14 +113,8 @@ class Transport(virtual.Transport):
             # A dead host of a failover list must not cost more than kombu's own timeout.
             self._backend_opts.setdefault("connect_timeout", float(client.connect_timeout))
         self._backend: Backend | None = None
-        self.wakeups = Wakeups(self)
-        self.maintenance = Maintenance(self)
-        self._poller = Poller(self._kick_loop)
+        self._session: Session | None = None
         self._hub: Any = None
-        self._hub_timer: Any = None
-        self._kick: tuple[socket.socket, socket.socket] | None = None
-        self._next_fallback = 0.0
-        self._inflight: tuple[Future[Exception | None], list[PollPlan]] | None = None
         #: True on the instance only: ``Connection.as_uri`` then asks :meth:`as_uri`, while
         #: ``Connection.__init__``, which reads the class, still takes ``delayq://`` URLs apart
         #: into host and port as kombu's failover expects.
@@ -153,8 +139,22 @@ class Transport(virtual.Transport):
         return self._backend
 
     @property
-    def lease_s(self) -> float:
-        return self.backend.queue.lease_ms / 1000
+    def session(self) -> Session:
+        """The consumer session, made on the first consume or get."""
+        if self._session is None:
+            backend, ttl = self.backend, DEFAULT_BINDING_TTL_S
+            self._session = Session(
+                backend.queue, listen=backend.listener, polling_interval=self.polling_interval,
+                unheard_polling_interval=TRANSPORT_OPTIONS.read(self.options,
+                                                                "unheard_polling_interval"),
+                batch_size=TRANSPORT_OPTIONS.read(self.options, "batch_size"),
+                ack_flush_interval=self.ack_flush_interval,
+                misfired=misfired_beats(backend.queue),
+                jobs=[(ttl / 4, self.touch_bindings),
+                      (ttl, lambda: backend.bindings.drop_stale_transient(int(ttl * 10_000)))])
+            if self._hub is not None:
+                self._session.attach(self._hub)
+        return self._session
 
     def establish_connection(self) -> Any:
         self.backend  # noqa: B018 - connect now, so errors surface as connection errors
@@ -163,224 +163,56 @@ class Transport(virtual.Transport):
     def driver_version(self) -> str:
         return psycopg.__version__
 
-    # -- channel bookkeeping ---------------------------------------------------------------
-
-    # The parts' view of the transport (ports.TransportPort): what channels, wake-ups and
-    # maintenance may call.
-
-    @property
-    def hub(self) -> Any:
-        """Celery's event loop, once the worker registered it (None without one)."""
-        return self._hub
-
-    def all_channels(self) -> list[DelayqChannel]:
-        return list(self.channels)
-
-    def consuming(self) -> list[DelayqChannel]:
-        return [c for c in self.channels if c.consumed_queues() and not c.closed]
-
-    def sleep(self, timeout: float) -> None:
-        """Wait ``timeout`` seconds, or less if the transport is closing."""
-        self.maintenance.sleep(timeout)
-
-    def consuming_started(self, channel: ChannelPort) -> None:
-        from . import control  # a consumer (a worker): `celery inspect scheduled` reads the table
+    def consuming_started(self) -> None:
+        """A channel consumes: listen, tell the other processes its queues are live, and answer
+        `celery inspect scheduled` from the table (a consumer is a worker)."""
+        from . import control
 
         control.register()
-        channel.poll_wanted = True
-        self.wakeups.ensure()
-        self.maintenance.ensure()
-        self.maintenance.touch_bindings()
+        self.session.listening()
+        self.touch_bindings()
 
-    def ensure_maintenance(self) -> None:
-        """``basic_get`` needs the ack flush and lease extension too."""
-        self.maintenance.ensure()
-
-    def channel_closed(self, channel: ChannelPort) -> None:
-        if not self.consuming():
-            self.wakeups.close()
-
-    def wake(self, channel: ChannelPort | None = None) -> None:
-        """Poll ``channel`` (default: every channel) at the next chance."""
-        for c in self.channels if channel is None else (channel,):
-            c.poll_wanted = True
-
-    # -- polling (shared by the event loop and drain_events) ------------------------------
-
-    def _plans(self) -> list[PollPlan] | None:
-        """What each channel that wants a poll has room for; None if none has. A channel with
-        a full prefetch window stays wanted: it is polled as soon as an ack frees room."""
-        plans = []
-        for channel in self.consuming():
-            if channel.poll_wanted and (plan := channel.plan_poll()) is not None:
-                channel.poll_wanted = False
-                plans.append(plan)
-        return plans or None
-
-    def _deliver_polled(self, plans: list[PollPlan], error: Exception | None) -> int:
-        """Deliver fetched messages and learn when to look again. When the queues are drained,
-        the next due time arms a timer instead of a poll loop; a due time already past
-        (host/database clock skew) is retried shortly."""
-        delivered = 0
-        floor = int((time.time() + SKEW_RETRY_S) * 1000)
-        for plan in plans:
-            channel = plan.channel
-            delivered += channel.deliver(plan)
-            channel.backlog = plan.more
-            if plan.more or error is not None:
-                channel.poll_wanted = True
-            else:
-                channel.next_due_ms = None if plan.next_due is None else max(plan.next_due, floor)
-        if self._hub is not None:  # a backlogged channel polls anyway: no read per wake-up
-            self.wakeups.deafen(error is None and any(c.backlog for c in self.consuming()))
-        if error is not None:
-            raise error
-        return delivered
-
-    def _poll_once(self) -> int | None:
-        """One synchronous pass (``drain_events``); None if no channel had room."""
-        plans = self._plans()
-        if plans is None:
-            return None
-        return self._deliver_polled(plans, fetch_all(plans))
-
-    # -- polling off the event loop (see poller.py) ----------------------------------------
-
-    def _start_poll(self) -> None:
-        plans = self._plans()
-        if plans is not None:
-            self._inflight = (self._poller.submit(plans), plans)
-
-    def _kick_loop(self) -> None:
-        kick = self._kick
-        if kick is not None:
-            try:
-                kick[1].send(b"\0")
-            except OSError:  # closed meanwhile, or already full of wake-ups
-                pass
-
-    def _finish_poll(self) -> None:
-        """On the loop thread: deliver what the poller fetched."""
-        inflight = self._inflight
-        if inflight is None or not inflight[0].done():
-            return
-        self._inflight = None
-        future, plans = inflight
-        self._deliver_polled(plans, future.result())
-        self.schedule_hub_timer()
-
-    def _abandon_poll(self) -> None:
-        """Closing: give back what an unfinished poll takes, so it is not held for a lease."""
-        inflight, self._inflight = self._inflight, None
-        self._poller.stop()
-        if inflight is None:
-            return
-        future, plans = inflight
-        try:
-            future.result(timeout=DEFAULT_CLOSE_WAIT_S)
-            self.backend.queue.release([e for p in plans for e in p.held()])
-        except (TimeoutError, DatabaseUnavailable, DatabaseError) as exc:
-            log.warning("delayq: a poll in flight at close could not be undone; its messages "
-                        "come back when their lease ends: %s", exc)
-
-    def _seconds_until_due(self) -> float | None:
-        dues = [c.next_due_ms for c in self.consuming() if c.next_due_ms is not None]
-        return min(dues) / 1000 - time.time() if dues else None
-
-    def _should_poll(self) -> bool:
-        """Whether some channel wants a poll: woken, due, or the fallback interval is up."""
-        if self._inflight is not None:
-            return False
-        now = time.monotonic()
-        if now >= self._next_fallback:
-            self._next_fallback = now + self.polling_interval
-            self.wake()
-        now_ms = time.time() * 1000
-        wanted = False
-        for channel in self.consuming():
-            if channel.next_due_ms is not None and channel.next_due_ms <= now_ms:
-                channel.poll_wanted, channel.next_due_ms = True, None
-            wanted = wanted or channel.poll_wanted
-        return wanted
+    def touch_bindings(self) -> None:
+        queues = sorted({q for c in self.channels if not c.closed for q in c._active_queues})
+        self.backend.bindings.touch(queues)
 
     def drain_events(  # type: ignore[override]
         self, connection: Any, timeout: float | None = None
     ) -> None:
         """Blocking consume without an event loop: wait on NOTIFY, the due timer or fallback."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            self.wakeups.drain()
-            full = False
-            if self._should_poll():
-                delivered = self._poll_once()
-                if delivered:
-                    return
-                full = delivered is None
-            waits = [SKEW_RETRY_S * 10 if full else self._next_fallback - time.monotonic()]
-            due = self._seconds_until_due()
-            if due is not None:
-                waits.append(due)
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError()
-                waits.append(remaining)
-            self.wakeups.wait(max(min(waits), 0.0))
-
-    # -- kombu event loop (Celery's async worker loop) -------------------------------------
+        self.session.serve(timeout)
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """Celery's worker loop: the session registers its sockets and timers. A warm shutdown
+        (SIGTERM) then wakes the loop at once instead of after the fallback poll's timer."""
         self._hub = loop
-        if self._kick is None:
-            self._kick = socket.socketpair()
-            for sock in self._kick:
-                sock.setblocking(False)
-        loop.add_reader(self._kick[0].fileno(), self._on_kick)
-        loop.on_tick.add(self._on_tick)
-        loop.call_repeatedly(self.polling_interval, self.wake)
-        self.wakeups.attach(loop)
-
-    def _on_kick(self) -> None:
+        self.session.attach(loop)
         try:
-            self._kick[0].recv(4096)  # type: ignore[index]
-        except BlockingIOError:
-            pass
-        self._finish_poll()
-
-    def _on_tick(self) -> None:
-        # The loop ticks ~2 times per task under load: _should_poll answers a poll in flight
-        # first, before it looks at any channel (and finds none wanting when none consumes).
-        if not self._should_poll():
+            from celery import signals
+        except ImportError:  # kombu without Celery: nothing sends it
             return
-        if self.wakeups.listener is None and not self.wakeups.unheard:
-            self.wakeups.reset()  # LISTEN was lost and could not be re-established yet
-        self._start_poll()
+        signals.worker_shutting_down.connect(self._shutting_down, weak=False)
 
-    def schedule_hub_timer(self) -> None:
-        """Wake the loop exactly when the earliest known message becomes due."""
-        hub, wait = self._hub, self._seconds_until_due()
-        if hub is None or wait is None:
-            return
-        if self._hub_timer is not None:
-            self._hub_timer.cancel()
-        # Nothing to do when it fires: the loop comes round and _should_poll sees who is due.
-        self._hub_timer = hub.call_later(max(wait, SKEW_RETRY_S), lambda: None)
-
-    # -- lifecycle -------------------------------------------------------------------------
+    def _shutting_down(self, **_: Any) -> None:
+        """Celery's signal handler: one send on the session's socket, the loop wakes and sees
+        the shutdown flag."""
+        if self._session is not None:
+            self._session.kick()
 
     def close_connection(self, connection: Any) -> None:
         try:
-            self._abandon_poll()
-            super().close_connection(connection)
+            super().close_connection(connection)  # each channel settles what it holds
         finally:
-            self.maintenance.stop()
-            self.wakeups.close()
-            if self._kick is not None:
-                if self._hub is not None:
-                    self._hub.remove(self._kick[0].fileno())
-                for sock in self._kick:
-                    sock.close()
-                self._kick = None
+            session, self._session = self._session, None
+            if session is not None:
+                session.close()
+            if self._hub is not None:
+                try:
+                    from celery import signals
+                except ImportError:
+                    pass
+                else:
+                    signals.worker_shutting_down.disconnect(self._shutting_down)
             backend, self._backend = self._backend, None
             if backend is not None:
                 backend.release()

@@ -2,7 +2,8 @@
 
 :data:`TRANSPORT_OPTIONS` gives each option its default, unit and meaning; the transport reads
 its settings through it, and ``docs/reference/transport-options.md`` is rendered from it
-(``python docs/_gen/reference.py``). The other constants are internal timings.
+(``python docs/_gen/reference.py``). The consumer's internal timings are the session's
+(core/session.py), shared with Dramatiq's consumer.
 """
 
 from __future__ import annotations
@@ -103,7 +104,6 @@ TRANSPORT_OPTIONS = Options(
 
 DEFAULT_ACQUIRE_TIMEOUT_S: float = TRANSPORT_OPTIONS.default("acquire_timeout")
 DEFAULT_POLLING_INTERVAL_S: float = TRANSPORT_OPTIONS.default("polling_interval")
-DEFAULT_UNHEARD_POLLING_INTERVAL_S: float = TRANSPORT_OPTIONS.default("unheard_polling_interval")
 DEFAULT_BATCH_SIZE: int = TRANSPORT_OPTIONS.default("batch_size")
 DEFAULT_POOL_SIZE: int = TRANSPORT_OPTIONS.default("pool_size")
 DEFAULT_POOL_MIN_SIZE: int = TRANSPORT_OPTIONS.default("pool_min_size")
@@ -112,13 +112,6 @@ DEFAULT_ACK_FLUSH_INTERVAL_S: float = TRANSPORT_OPTIONS.default("ack_flush_inter
 DEFAULT_MAX_MESSAGE_BYTES: int = TRANSPORT_OPTIONS.default("max_message_size")
 DEFAULT_BINDING_TTL_S: float = TRANSPORT_OPTIONS.default("binding_ttl")
 
-#: After a timer fires and finds nothing (clock skew between host and database), retry soon.
-SKEW_RETRY_S = 0.005
-#: While a channel has a backlog, the LISTEN socket is read this often instead of on every
-#: notification (see Wakeups.deafen).
-BACKLOG_DRAIN_INTERVAL_S = 0.1
-#: How long closing waits for a poll in flight, to give its messages back at once.
-DEFAULT_CLOSE_WAIT_S = 5.0
 #: Celery's broadcast exchange for remote control (``revoke`` of a waiting task deletes it).
 CONTROL_EXCHANGE = "celery.pidbox"
 #: Options that configure the shared :class:`~.backend.Backend` (pool and queue).

@@ -262,7 +262,7 @@ def test_a_backlogged_consumer_reads_wakeups_on_a_timer_and_loses_none(
     kombu_connect: Connect, kombu_db: str, kombu_table: str
 ):
     """While a channel has a backlog the LISTEN socket leaves the event loop and is read every
-    BACKLOG_DRAIN_INTERVAL_S: another channel's wake-up then still arrives (the fallback poll
+    DEAF_READ_INTERVAL_S: another channel's wake-up then still arrives (the fallback poll
     is 30 s), and once the backlog is gone the socket is back and a publish wakes at once."""
     n, hub = 400, Hub()
     seen_deaf: list[bool] = []
@@ -273,7 +273,7 @@ def test_a_backlogged_consumer_reads_wakeups_on_a_timer_and_loses_none(
             queue_of(kombu_db, kombu_table, "busy") as busy, \
             queue_of(kombu_db, kombu_table, "other") as other:
         conn.connect()  # creates this test's table
-        wakeups = conn.transport.wakeups
+        wakeups = conn.transport.session
 
         def on_busy(body: Any, message: kombu.Message) -> None:
             seen_deaf.append(wakeups.deaf and wakeups.listener.fd not in hub.readers)

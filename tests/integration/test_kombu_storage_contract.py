@@ -256,14 +256,15 @@ def test_messages_fetched_for_a_cancelled_queue_are_released_not_delivered(
         kombu.Producer(channel).publish("x", routing_key="gone", declare=[queue])
         consumer = kombu.Consumer(channel, [queue], callbacks=[lambda b, m: received.append(b)])
         consumer.consume()
-        plan = channel.plan_poll()
-        assert plan is not None
-        channel.fetch(plan)
-        assert [len(plan.envelopes)] == [1]
+        sub = channel.subscription
+        want = sub.want(10)  # the loop thread plans: the prefetch window has room
+        assert want > 0
+        polled = conn.transport.session.fetch(sub, want)  # the poller thread fetches
+        assert [len(polled.envs)] == [1]
         [row] = stored()
-        assert row["lockUuid"] == plan.envelopes[0].lock  # leased by the fetch
+        assert row["lockUuid"] == polled.envs[0].lock  # leased by the fetch
         consumer.cancel()
-        assert channel.deliver(plan) == 0
+        assert channel.deliver(sub, polled.envs) == 0
         [row] = stored()
         assert row["lockUuid"] is None and received == []
         with kombu.Consumer(channel, [queue], callbacks=[lambda b, m: (received.append(b),

@@ -203,7 +203,7 @@ def test_quoted_counts_are_the_codes() -> None:
 
 @pytest.mark.parametrize("page,sentence,value", [
     ("docs/explanation/delivery.md", r"by the Dramatiq broker every (\d+) ms",
-     "delayq_transport.dramatiq.consumer:ACK_FLUSH_INTERVAL_S"),
+     "delayq_transport.core.session:ACK_FLUSH_INTERVAL_S"),
     ("docs/explanation/time.md", r"wake-ups share one notifying commit per (\d+) ms",
      "delayq_transport.core.announce:DEFAULT_WINDOW_S"),
     ("docs/explanation/design.md", r"wake-ups share one notifying commit per (\d+) ms",

@@ -19,7 +19,7 @@ _PATH = os.environ.get("DELAYQ_PROFILE_COUNTS")
 
 def _install(path: str) -> None:
     from delayq_transport.core.listen import Listener
-    from delayq_transport.transport.transport import Transport
+    from delayq_transport.core.session import Session
 
     counts: Counter[str] = Counter()
     pid = os.getpid()
@@ -56,11 +56,9 @@ def _install(path: str) -> None:
     def ticked(self: Any, _: Any, __: Any) -> None:
         counts["loop_ticks"] += 1
 
-    def started(self: Any, _: Any, __: Any) -> None:
-        counts["start_poll_calls"] += 1
-        if self._inflight is not None:
-            counts["polls"] += 1
-            counts["rows_wanted"] += sum(p.want for p in self._inflight[1])
+    def started(self: Any, args: Any, __: Any) -> None:
+        counts["polls"] += 1
+        counts["rows_wanted"] += sum(want for _, want in args[0])
 
     def delivered(self: Any, args: Any, result: Any) -> None:
         counts["polls_delivered"] += 1
@@ -68,15 +66,13 @@ def _install(path: str) -> None:
         counts["empty_polls"] += not result
 
     wrap(Listener, "drain", drained)
-    wrap(Transport, "_on_tick", ticked)
-    wrap(Transport, "_start_poll", started)
-    wrap(Transport, "_deliver_polled", delivered)
+    wrap(Session, "_on_tick", ticked)
+    wrap(Session, "_run_plans", started)
+    wrap(Session, "_deliver", delivered)
     from delayq_transport.transport.channel import DelayqChannel
-    from delayq_transport.transport.wakeups import Wakeups
 
-    for cls, name in ((Wakeups, "drain"), (Transport, "_on_tick"), (Transport, "_on_kick"),
-                      (DelayqChannel, "fetch"), (DelayqChannel, "deliver"),
-                      (DelayqChannel, "flush_acks")):
+    for cls, name in ((Session, "drain"), (Session, "_on_tick"), (Session, "_on_kick"),
+                      (Session, "fetch"), (DelayqChannel, "deliver"), (Session, "flush")):
         timed(cls, name)
 
     def thread_cpu() -> None:
