@@ -41,7 +41,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -165,20 +165,18 @@ class Announcer:
     def note(self, rows: Iterable[tuple[str, int]]) -> None:
         """Committed rows ``(kind, scheduledAt)`` that no wake-up carried: sent by a later
         publish, or by the thread at the window's end."""
-        if self._pid != os.getpid():
-            self._reset()
-        with self._cond:
-            was_empty = not self._pending
-            self._pending.add(rows)
-            self._kick(was_empty)
+        self._gather(lambda pending: pending.add(rows))
 
     def restore(self, carried: Wakeups) -> None:
         """The transaction that was to carry these wake-ups committed no row: they wait again."""
+        self._gather(lambda pending: pending.update(carried))
+
+    def _gather(self, add: Callable[[Wakeups], None]) -> None:
         if self._pid != os.getpid():
             self._reset()
         with self._cond:
             was_empty = not self._pending
-            self._pending.update(carried)
+            add(self._pending)
             self._kick(was_empty)
 
     def _kick(self, was_empty: bool) -> None:

@@ -7,11 +7,11 @@ absent, hatched estimated bars, and times in the viewer's zone with a remembered
 from __future__ import annotations
 
 import re
-import threading
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from _bulk_pause import pause_before_the_second_batch
 from acceptance.celery_app import mark, sleepy
 from acceptance.conftest import executions, wait_until
 from playwright.sync_api import expect
@@ -138,17 +138,7 @@ def test_a_large_bulk_action_shows_its_progress_then_its_outcome(database_url, p
         mark.apply_async((f"many-{i}",), countdown=3600 + i)
     server = web()
     inspector = server.server.config.app.state.delayq.service.inspector
-    real, paused, release = inspector.cancel_unchanged, threading.Event(), threading.Event()
-    calls: list[object] = []
-
-    def wait_before_the_second_batch(*args: object) -> list[int]:
-        calls.append(args)
-        if len(calls) == 2:
-            paused.set()
-            assert release.wait(30), "the test never released the job"
-        return real(*args)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(inspector, "cancel_unchanged", wait_before_the_second_batch)
+    paused, release = pause_before_the_second_batch(monkeypatch, inspector)
     page.goto(server.url + "/tasks?queue=celery")
     page.check("#all-matching")
     expect(page.locator("#all-count")).to_have_text("(8)")

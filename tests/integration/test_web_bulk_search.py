@@ -4,7 +4,6 @@ index), counts past the cap as ≈ estimates, throughput windows; real PostgreSQ
 
 from __future__ import annotations
 
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from _bulk_pause import pause_before_the_second_batch
 from click.testing import CliRunner
 
 with warnings.catch_warnings():
@@ -181,17 +181,7 @@ def test_a_large_selection_runs_in_the_background(dq: DelayedQueue, monkeypatch)
     held(dq)
     c = client(dq)
     inspector = c.app.state.delayq.service.inspector  # type: ignore[attr-defined]
-    real, paused, release = inspector.cancel_unchanged, threading.Event(), threading.Event()
-    calls: list[object] = []
-
-    def wait_before_the_second_batch(*args: object) -> list[int]:
-        calls.append(args)
-        if len(calls) == 2:
-            paused.set()
-            assert release.wait(30), "the test never released the job"
-        return real(*args)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(inspector, "cancel_unchanged", wait_before_the_second_batch)
+    paused, release = pause_before_the_second_batch(monkeypatch, inspector)
     selection = {"action": "cancel", "all": True, "eta_after": T0.isoformat()}
     refused = c.post("/api/tasks/bulk", json=selection)  # no CSRF token
     assert refused.status_code == 403 and not paused.is_set()
