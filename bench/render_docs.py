@@ -31,6 +31,7 @@ SECTIONS = {
     "celery": "_celery_report",
     "counts": "bench_counts",
     "web": "bench_web",
+    "web_bulk": "bench_web",
     "dramatiq": "bench_dramatiq",
     "churn_churn": "bench_churn",
     "churn_snapshot": "bench_churn",
