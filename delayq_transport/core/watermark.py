@@ -380,13 +380,16 @@ class LowWatermarks:
             if kind in self._low and at_ms < self._low[kind]:
                 self._set_low(kind, at_ms)
             now = self._monotonic()
-            for key in self._searched_at:  # every kind set searched at least once
+            # A due-now row wakes the consumer anyway: only a marker or a future time is kept
+            # (the common case under load is due-now, so it skips the kind sets entirely).
+            ahead = at_ms > self._polled_at
+            for key in self._searched_at if search or ahead else ():
                 if kind not in key:
                     continue
                 heap = self._ahead.setdefault(key, [])
-                if search or (at_ms > self._polled_at and len(heap) >= MAX_ANNOUNCED):
+                if search or len(heap) >= MAX_ANNOUNCED:
                     self._mark(key, at_ms, now)  # bounded memory: search from there instead
-                elif at_ms > self._polled_at:  # a due-now row wakes the consumer anyway
+                else:
                     heapq.heappush(heap, at_ms)
             for ticket in self._running:
                 if kind in ticket.kinds and at_ms < ticket.lowered.get(kind, at_ms + 1):
