@@ -414,6 +414,11 @@ def measure_burst(run: Run, case: Case, cfg: Settings, progress: Any) -> dict[st
             break
         time.sleep(0.1)
     out = lateness(client.lrange(runs_key, 0, -1), case.n)
+    if os.environ.get("BURST_TRACE"):  # diagnostics: every run and receipt, for a look after
+        trace = cfg.logdir / f"trace-{run.key}.txt"
+        trace.write_bytes(b"\n".join([b"runs", *client.lrange(runs_key, 0, -1), b"recv",
+                                       *client.lrange(f"{run.key}:recv", 0, -1), b"gc",
+                                       *client.lrange(f"{run.key}:gc", 0, -1)]))
     out["publish_s"] = round(last - first, 3)
     return out
 

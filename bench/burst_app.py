@@ -146,6 +146,32 @@ if SYSTEM == "celery":
         eta = self.request.eta
         record(ident, datetime.fromisoformat(eta).timestamp() if eta else None)
 
+    if os.environ.get("BURST_TRACE"):
+        import gc
+
+        from celery.signals import task_received
+
+        _gc_start = [0.0]
+
+        def _gc_timer(phase: str, info: dict[str, Any]) -> None:
+            """Diagnostics: collections that take over 5 ms, by process and generation."""
+            if phase == "start":
+                _gc_start[0] = time.perf_counter()
+                return
+            took = (time.perf_counter() - _gc_start[0]) * 1000
+            if took > 5:
+                _counter.rpush(f"{KEY}:gc", f"{os.getpid()} {info['generation']} "
+                                            f"{time.time()!r} {took:.1f}")
+
+        gc.callbacks.append(_gc_timer)
+
+        @task_received.connect
+        def _received(request: Any, **_: Any) -> None:
+            """Diagnostics: when the worker's main process got the countdown (before the
+            pool); beside ``start`` it splits lateness into the queue's part and the pool's."""
+            if request.name == "burst.burst":
+                _counter.rpush(f"{KEY}:recv", f"{request.args[0]} {time.time()!r}")
+
     @app.task(name="burst.noop", ignore_result=True)
     def noop(key: str, total: int) -> None:
         count(key, total)

@@ -22,6 +22,13 @@ def to_ms(value: datetime, *, what: str = "datetime") -> int:
     return (value - EPOCH) // timedelta(milliseconds=1)
 
 
+def due_ms(value: datetime, *, what: str = "datetime") -> int:
+    """A due time in epoch ms, rounded up: a row is never taken before the instant asked for
+    (an eta of 10.0006 s stored as 10.000 s could run 0.6 ms early)."""
+    ms = to_ms(value, what=what)
+    return ms if (value - EPOCH) % timedelta(milliseconds=1) == timedelta(0) else ms + 1
+
+
 def from_ms(ms: int) -> datetime:
     return EPOCH + timedelta(milliseconds=ms)
 

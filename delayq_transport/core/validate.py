@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from .errors import InvalidInput
-from .timeutil import to_ms
+from .timeutil import due_ms
 
 MAX_KEY_CHARS = 200
 MAX_KIND_CHARS = 100
@@ -47,17 +47,18 @@ MsMemo = dict[tuple[datetime, int], int]
 
 
 def scheduled_ms(at: datetime | None, memo: MsMemo | None) -> int | None:
-    """``to_ms``, remembered per batch: a batch mostly repeats a few datetimes, and converting
-    each one was the largest client cost of ``offer_batch``. ``fold`` is part of the key
-    because two datetimes of one zone compare equal across a DST fold."""
+    """``due_ms`` (rounded up: never before the instant asked for), remembered per batch: a
+    batch mostly repeats a few datetimes, and converting each one was the largest client cost
+    of ``offer_batch``. ``fold`` is part of the key because two datetimes of one zone compare
+    equal across a DST fold."""
     if at is None:
         return None
     if memo is None or not isinstance(at, datetime):
-        return to_ms(at, what="scheduled_at")
+        return due_ms(at, what="scheduled_at")
     key = (at, at.fold)
     ms = memo.get(key)
     if ms is None:
-        ms = memo[key] = to_ms(at, what="scheduled_at")
+        ms = memo[key] = due_ms(at, what="scheduled_at")
     return ms
 
 

@@ -120,6 +120,9 @@ class DelayqBroker(Broker):
         transaction pooler without ``listen_url``).
       single_pool: one pool instead of two; relaxed statements set their settings per
         transaction (``SET LOCAL``), so a sending process holds one connection.
+      freeze_gc: when the worker starts consuming, collect once and freeze what the process
+        built while starting (``gc.freeze()``), so a full collection no longer walks it on the
+        consumer's thread (the Celery transport's ``freeze_gc`` option, measured there).
     """
 
     def __init__(
@@ -144,6 +147,7 @@ class DelayqBroker(Broker):
         listen_url: str | None = None,
         unheard_polling_interval: float = 0.5,
         single_pool: bool = False,
+        freeze_gc: bool = True,
     ) -> None:
         super().__init__(middleware=middleware)
         if max_priority is not None and not 0 <= max_priority < names.MAX_PRIORITY_LEVELS:
@@ -153,6 +157,7 @@ class DelayqBroker(Broker):
         self.namespace = namespace
         self.max_priority = max_priority or 0
         self.polling_interval = float(polling_interval)
+        self.freeze_gc = bool(freeze_gc)
         #: The poll interval when LISTEN cannot deliver (behind a transaction pooler without
         #: ``listen_url``): the bound on how late a new message is found.
         self.unheard_polling_interval = float(unheard_polling_interval)
@@ -196,6 +201,7 @@ class DelayqBroker(Broker):
                 polling_interval=self.polling_interval,
                 unheard_polling_interval=self.unheard_polling_interval,
                 misfired=misfired_periodic(self), listen_on_thread=True,
+                freeze_gc=self.freeze_gc,
                 jobs=[(EXPIRE_INTERVAL_S, self.expire_dead_letters)])
         return self._session
 

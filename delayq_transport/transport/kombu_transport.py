@@ -150,6 +150,7 @@ class Transport(virtual.Transport):
                 batch_size=TRANSPORT_OPTIONS.read(self.options, "batch_size"),
                 ack_flush_interval=self.ack_flush_interval,
                 misfired=misfired_beats(backend.queue),
+                freeze_gc=TRANSPORT_OPTIONS.read(self.options, "freeze_gc"),
                 jobs=[(ttl / 4, self.touch_bindings),
                       (ttl, lambda: backend.bindings.drop_stale_transient(int(ttl * 10_000)))])
             if self._hub is not None:

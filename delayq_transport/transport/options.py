@@ -60,6 +60,12 @@ TRANSPORT_OPTIONS = Options(
            "flushed when this many are buffered."),
     Option("ack_flush_interval", 0.05, "seconds",
            "Acks are deleted in batches at least this often."),
+    Option("freeze_gc", True, "bool",
+           "When the worker starts consuming, collect once and move what it built while "
+           "starting (Celery, the app, its modules) to the collector's permanent generation "
+           "(`gc.freeze()`), so a full collection on the worker's loop no longer walks it: "
+           "measured, one such collection held countdowns up to 68 ms. Objects made afterwards "
+           "are collected as before. False leaves the collector alone."),
     Option("priority_steps", list(PRIORITY_STEPS), "list of int",
            "Priority buckets, with the Redis transport's meaning: 0 is served first."),
     Option("ensure_schema", True, "bool",

@@ -470,6 +470,19 @@ def test_a_queue_closes_a_handed_over_database_and_leaves_a_shared_one_open(
         handed.close()
 
 
+def test_a_due_time_between_two_milliseconds_is_never_taken_early(
+        cq: DelayedQueue, clock: FakeClock) -> None:
+    """An eta of 10.0006 s is stored as 10.001 s, not 10.000 s: at 10.0009 s (the clock's
+    millisecond 10.000) the row is not due yet; at 10.001 s it is (issue 41: none early).
+    Celery's etas carry microseconds; the table keeps milliseconds."""
+    t0 = clock()
+    assert cq.offer("k", b"a", t0 + timedelta(microseconds=10_000_600)) is CREATED
+    clock.advance(timedelta(microseconds=10_000_900))
+    assert cq.poll(10)[0] == []
+    clock.advance(timedelta(microseconds=100))
+    assert [e.key for e in cq.poll(10)[0]] == ["k"]
+
+
 def test_the_database_clock_never_runs_ahead_of_now(database_url: str) -> None:
     """``{now}`` rounds down to the millisecond: a poll can take a row due at T only once the
     database's now() reached T, never half a millisecond before (issue 41: none early)."""

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import itertools
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -382,3 +385,34 @@ def test_close_wakes_every_wait_at_once(queue: MemoryQueue) -> None:
     session.close()
     assert event.wait(EVENT_WAIT_S), "the subscription's waiter was not woken"
     assert served.wait(EVENT_WAIT_S), "the blocking wait was not woken"
+
+
+# -- the collector -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_a_starting_session_freezes_the_start_up_heap_once_unless_told_not_to(
+        freeze: bool) -> None:
+    """A fresh interpreter (the freeze is once per process): the first session to start moves
+    what is alive to the permanent generation, a second one adds nothing; with
+    ``freeze_gc=False`` nothing is frozen. Why it matters is measured in bench_burst."""
+    code = (
+        "import gc, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_session import MemoryQueue, session_of\n"
+        "before = gc.get_freeze_count()\n"
+        f"first = session_of(MemoryQueue(), freeze_gc={freeze})\n"
+        "after_first = gc.get_freeze_count()\n"
+        "kept = object(), [object()]  # alive after the first start: a second may not freeze\n"
+        f"second = session_of(MemoryQueue(), freeze_gc={freeze})\n"
+        "print(before, after_first, gc.get_freeze_count())\n"
+        "first.close(); second.close()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    before, after_first, after_second = map(int, out)
+    assert before == 0
+    if freeze:
+        assert after_first > 1000, "the start-up heap (modules, classes) was not frozen"
+        assert after_second == after_first
+    else:
+        assert after_first == after_second == 0
