@@ -33,6 +33,12 @@ in this checkout's library and in each ``--rev``'s), or exactly the variants nam
 never to the docs.
 Otherwise ``bench/results/{burst,peers,many_workers}.json`` and their sections of
 docs/benchmarks.md (written by ``_burst_report.py``; ``render_docs.py`` rewrites them).
+
+Diagnostics (environment, never in a recorded run): ``BURST_TRACE=1`` writes every run, the
+Celery worker's receipt of each countdown (its main process, before the pool) and every garbage
+collection over 5 ms (process, generation) to ``trace-<key>.txt`` in the log folder: lateness
+split into the queue's part and the pool's. ``BURST_PRODUCER_NICE=N`` runs the producers at
+that niceness (how much of a tail is the producers' CPU on a small machine).
 """
 
 from __future__ import annotations

@@ -400,6 +400,8 @@ def produce(key: str, what: str, n: int, index: int, producers: int, span_s: flo
     """One producer process: ``what`` is ``noop`` (its share of ``n`` no-ops counting into
     ``key``) or ``burst`` (its share of the plan); ``key`` also names the start barrier."""
     work: Work
+    if os.environ.get("BURST_PRODUCER_NICE"):  # diagnostics: how much is the producers' CPU
+        os.nice(int(os.environ["BURST_PRODUCER_NICE"]))
     if what == "noop":
         work = (key, n // producers + (index < n % producers), n)
     else:
