@@ -447,7 +447,8 @@ def main(quick: bool, only: str, brokers_opt: str, admin_url: str, redis_db: int
             for row in ab_rows(results, brokers, phase)], "ll" + "r" * 9))
     if no_write:
         return
-    write_plots(results, brokers)
+    if not ab:  # the docs' plots are the recorded run's, never an A/B's
+        write_plots(results, brokers)
     settings = {"pool": POOL, "concurrency": CONCURRENCY, "prefetch_multiplier": PREFETCH,
                 "worker_flags": list(WORKER_FLAGS), "kill_options": KILL_OPTIONS,
                 "quick": quick, **{k: v for k, v in vars(cfg).items()
