@@ -17,6 +17,7 @@ from delayq_transport.core.announce import MAX_LISTED, marker_payload
 from delayq_transport.core.db import Database
 from delayq_transport.core.listen import Listener
 from delayq_transport.core.queries import Queries, notify_channel
+from delayq_transport.core.timeutil import due_ms
 from delayq_transport.core.watermark import LowWatermarks
 
 WAIT_S = 10.0
@@ -41,7 +42,8 @@ class Notes:
 
 
 def ms(at: datetime) -> int:
-    return int(at.timestamp() * 1000)
+    """The due time a publish stores and announces: rounded up to the millisecond."""
+    return due_ms(at)
 
 
 def test_a_publish_is_announced_once_after_its_commit(database_url: str) -> None:

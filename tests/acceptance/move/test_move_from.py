@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core.timeutil import due_ms
 from delayq_transport.formats.celery import kind_for, parse_eta, protocol1_task
 from delayq_transport.move.amqp_source import AmqpSource
 from delayq_transport.move.redis_source import RedisSource
@@ -89,7 +89,7 @@ def _check_rows(database_url: str, captured: dict[str, tuple[str, dict[str, Any]
         eta = parse_eta(stored["headers"].get("eta") or
                         (protocol1_task(stored) or {}).get("eta"))
         if eta is not None:
-            assert at == to_ms(eta), tid
+            assert at == due_ms(eta), tid
     return rows
 
 
