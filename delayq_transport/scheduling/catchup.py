@@ -30,10 +30,9 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta, tzinfo
 
-from ..core.errors import DelayqError
-from ..core.periodic import FirstInstall
-from ..core.queue import DelayedQueue
-from ..core.timeutil import from_ms, to_ms
+from ..core import DelayqError
+from ..core.integrations import FirstInstall
+from ..core.queue import DelayedQueue, from_ms, to_ms
 from .entries import EntrySpec
 from .plans import Delivery, Occurrence, Plan, RefreshReport, Settings
 from .store import EntryStore, InstalledEntry

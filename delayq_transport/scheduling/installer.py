@@ -23,11 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, tzinfo
 from typing import Any
 
-from ..core.cron import CronMessage, CronService
-from ..core.errors import DelayqError, InvalidInput
-from ..core.queue import DelayedQueue
-from ..core.timeutil import to_ms
-from ..core.types import Offer, OfferOutcome
+from ..core import DelayqError, InvalidInput
+from ..core.integrations import CronMessage, CronService
+from ..core.queue import DelayedQueue, Offer, OfferOutcome, to_ms
 from . import bounds, misfire
 from .catchup import GapCatcher
 from .entries import EntrySpec, entry_hash, key_prefix

@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..core.validate import MAX_KEY_CHARS
+from ..core.queue import MAX_KEY_CHARS
 from .rows import _NAMESPACE_BYTES, Plan, encoder
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 
-from ..core.bulk import BulkWriter
-from ..core.runs import RunPart, add_fingerprints
+from ..core.integrations import BulkWriter
+from ..core.ledgers import RunPart, add_fingerprints
 from .rows import Plan, slow_record
 
 #: What every partition yields (one row), in ``mapInArrow``'s schema syntax.

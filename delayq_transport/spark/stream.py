@@ -28,7 +28,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from ..formats import celery as message
 from .session import check_executors
 from .write import ScheduleResult, _project, _refuse_unstable_eta, schedule_tasks

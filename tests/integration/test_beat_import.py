@@ -34,8 +34,8 @@ from delayq_beat.sources import DjangoBeatSource
 from delayq_beat.store import BeatStore
 from delayq_transport import Database, DelayedQueue
 from delayq_transport.cli import main
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.queue import to_ms
 from delayq_transport.scheduling import bounds
 from delayq_transport.scheduling.entries import EntrySpec
 from delayq_transport.scheduling.times import occurrences

@@ -17,8 +17,8 @@ from delayq_beat import BeatStore, Installer, Settings, drop_misfired, make_spec
 from delayq_beat.entries import EntrySpec
 from delayq_beat.installer import Route, default_route, occurrence_task_id
 from delayq_transport import DelayedQueue
-from delayq_transport.core.cron import parse_cron_key
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core.integrations import parse_cron_key
+from delayq_transport.core.queue import to_ms
 from delayq_transport.transport import message
 
 UTC_ZONE = ZoneInfo("UTC")

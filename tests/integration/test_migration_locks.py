@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from conftest import create_database, drop_database
 
-from delayq_transport.core.queries import Queries
+from delayq_transport.core.db.queries import Queries
 from delayq_transport.core.schema import LOCK_MODES, MIGRATIONS
 
 #: pg_locks' names of the lock modes, as LOCK_MODES spells them.

@@ -18,8 +18,13 @@ from sqlalchemy import MetaData, Table, create_engine, inspect
 from sqlalchemy.dialects import postgresql
 
 from delayq_transport import Database, DelayedQueue, Offer, migrate
-from delayq_transport.core.queries import Queries, notify_channel
-from delayq_transport.core.schema import MIGRATIONS, current_version, queue_table, runs_table
+from delayq_transport.core.db.queries import Queries, notify_channel
+from delayq_transport.core.schema.migrations import (
+    MIGRATIONS,
+    current_version,
+    queue_table,
+    runs_table,
+)
 
 
 @pytest.fixture
@@ -364,7 +369,7 @@ def raw_insert(conn: psycopg.Connection[Any], table: str, key: str, kind: str, a
 
 
 def test_every_insert_path_notifies_once(database_url: str) -> None:
-    """offer() and offer_batch() are announced after their commit (core/announce.py) and the
+    """offer() and offer_batch() are announced after their commit (core/queue/announce.py) and the
     insert trigger skips their statements (migration 5); every other insert still notifies
     through the trigger: raw SQL, COPY, and a raw INSERT later in the same transaction as an
     offer's statement (whose own wake-up is the announcer's, not the statement's)."""
@@ -407,7 +412,7 @@ def test_migration_5_upgrades_a_live_table(empty_db: str, monkeypatch: pytest.Mo
     `delayq migrate` installs the skipping trigger; publishes keep notifying exactly once."""
     old = [m for m in MIGRATIONS if m.version < 5]
     with Database(empty_db, max_size=1) as db:
-        monkeypatch.setattr("delayq_transport.core.schema.MIGRATIONS", old)
+        monkeypatch.setattr("delayq_transport.core.schema.migrations.MIGRATIONS", old)
         assert migrate(db, "delayed_queue") == [m.version for m in old]
         with DelayedQueue(db, kind="test", ensure_schema=False) as dq:
             dq.offer("before", b"x", None)  # the new statement on the old trigger
