@@ -63,7 +63,7 @@ def sweep(queue: DelayedQueue, policies: Sequence[tuple[str, str, str, str, int]
         queue, [p[0] for p in active], [config_pattern(p[1], p[2]) for p in active],
         [p[3] for p in active], [int(p[4]) for p in active])
     for key, kind in rows:
-        log.warning("delayq beat: dropped misfired occurrence %s (queue kind %r)", key, kind)
+        log.warning("delayq schedule: dropped misfired occurrence %s (queue kind %r)", key, kind)
     return len(rows)
 
 
@@ -86,12 +86,12 @@ def misfired(queue: DelayedQueue, kind: str, info: object, now_ms: int | None = 
     if now - at_ms <= grace_ms:
         return False
     if info["misfire"] == "skip":
-        log.warning("delayq beat: skipping %s occurrence at %d ms (%.1f s late)",
+        log.warning("delayq schedule: skipping %s occurrence at %d ms (%.1f s late)",
                     info.get("entry"), at_ms, (now - at_ms) / 1000)
         return True
     if (next_ms is not None and next_ms <= now) or \
             newer_occurrence_due(queue, kind, pattern, at_ms, now):
-        log.warning("delayq beat: coalescing %s occurrence at %d ms into a newer one",
+        log.warning("delayq schedule: coalescing %s occurrence at %d ms into a newer one",
                     info.get("entry"), at_ms)
         return True
     return False

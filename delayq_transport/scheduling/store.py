@@ -1,9 +1,9 @@
 """DB-backed scheduling state: runtime entries and the ledger of installed entries.
 
 Two small tables, shared by every queue table of a database and keyed by ``tableName`` like
-delayq's migration ledger: ``delayq_beat_entries`` (entries added with ``delayq beat add`` or
+delayq's migration ledger: ``delayq_schedule_entries`` (entries added with ``delayq beat add`` or
 :meth:`EntryStore.add`, plus enable/disable overrides of configured entries) and
-``delayq_beat_installed`` (which entries have occurrences installed, in which kind, under which
+``delayq_schedule_installed`` (which entries have occurrences installed, in which kind, under which
 config hash and up to when). The ledger is what lets a scheduler that restarts with an entry
 removed from its configuration find and uninstall that entry's rows, and what the outage
 catch-up compares and sets.
@@ -29,12 +29,15 @@ from ..core.schema import ensure_schema as ensure_current_schema
 from .entries import EntrySpec, key_prefix, make_spec, storable_options
 from .schedules import schedule_from_json, schedule_to_json
 
-BEAT_MIGRATION_VERSION = 10
+#: The migration after which the engine's tables are as this release reads them: created by
+#: migration 10 (as ``delayq_beat_*``), named ``delayq_schedule_*`` by migration 15.
+SCHEDULE_MIGRATION_VERSION = 15
 
 
 @dataclass(frozen=True)
 class StoredEntry(EntryRow):
-    """A row of ``delayq_beat_entries``; ``definition`` is None for an enable/disable override."""
+    """A row of ``delayq_schedule_entries``; ``definition`` is None for an enable/disable
+    override."""
 
     def spec(self, **defaults: Any) -> EntrySpec:
         """The validated entry; raises InvalidInput naming the entry if the row is bad."""

@@ -151,7 +151,7 @@ def test_a_rerun_writes_nothing_and_a_change_updates_one_entry(
 
     def stamps() -> dict[str, int]:
         with psycopg.connect(database_url) as conn:
-            return dict(conn.execute('SELECT name, "updatedAt" FROM delayq_beat_entries'))
+            return dict(conn.execute('SELECT name, "updatedAt" FROM delayq_schedule_entries'))
 
     imports.apply(imports.plan(source, store), store)
     first = stamps()

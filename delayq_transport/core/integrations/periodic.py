@@ -77,13 +77,13 @@ class PeriodicStore:
         return {"table_name": self.ledger_name, "now": None, **extra}
 
     def upsert_entry(self, name: str, definition_json: str, enabled: bool) -> None:
-        self.db.execute(self.q["beat_entry_upsert"], self._params(
+        self.db.execute(self.q["schedule_entry_upsert"], self._params(
             name=name, definition=definition_json, enabled=enabled))
 
     def upsert_entries(self, rows: Sequence[tuple[str, str, bool]]) -> None:
         """(name, definition JSON, enabled) of many entries, in one statement: all or none."""
         if rows:
-            self.db.execute(self.q["beat_entries_upsert_many"], self._params(
+            self.db.execute(self.q["schedule_entries_upsert_many"], self._params(
                 names=[r[0] for r in rows], definitions=[r[1] for r in rows],
                 enableds=[r[2] for r in rows]))
 
@@ -91,53 +91,53 @@ class PeriodicStore:
         """Remove these entries in one statement; returns the names that existed."""
         if not names:
             return []
-        rows = self.db.fetchall(self.q["beat_entries_delete_many"],
+        rows = self.db.fetchall(self.q["schedule_entries_delete_many"],
                                 self._params(names=list(names)))
         return [r[0] for r in rows]
 
     def delete_entry(self, name: str) -> bool:
-        return self.db.execute(self.q["beat_entry_delete"], self._params(name=name)) > 0
+        return self.db.execute(self.q["schedule_entry_delete"], self._params(name=name)) > 0
 
     def set_enabled(self, name: str, enabled: bool) -> bool:
         """Returns whether ``name`` has a stored definition (else the row is an override)."""
-        row = self.db.fetchone(self.q["beat_entry_set_enabled"],
+        row = self.db.fetchone(self.q["schedule_entry_set_enabled"],
                                self._params(name=name, enabled=enabled))
         return bool(row and row[0])
 
     def entries(self) -> list[EntryRow]:
-        rows = self.db.fetchall(self.q["beat_entries_list"], self._params())
+        rows = self.db.fetchall(self.q["schedule_entries_list"], self._params())
         return [EntryRow(r[0], r[1], bool(r[2]), int(r[3])) for r in rows]
 
     def installed(self) -> list[InstalledRow]:
-        rows = self.db.fetchall(self.q["beat_installed_list"], self._params())
+        rows = self.db.fetchall(self.q["schedule_installed_list"], self._params())
         return [InstalledRow(r[0], r[1], r[2], int(r[3]), int(r[4]),
                              None if r[5] is None else int(r[5])) for r in rows]
 
     def first_install(self, name: str, kind: str, config_hash: str,
                       now_ms: int | None = None) -> FirstInstall:
         """Claim (or read) when ``name`` was first installed under ``config_hash``: the same
-        answer for every scheduler, whichever claims first (``beat_first_install``)."""
-        row = self.db.fetchone(self.q["beat_first_install"], self._params(
+        answer for every scheduler, whichever claims first (``schedule_first_install``)."""
+        row = self.db.fetchone(self.q["schedule_first_install"], self._params(
             name=name, kind=validate_kind(kind), hash=config_hash, now=now_ms))
         assert row is not None
         return FirstInstall(int(row[0]), int(row[1]), bool(row[2]))
 
     def in_use(self) -> bool:
         """Whether this table has any entry or installed occurrence (cheap: two EXISTS)."""
-        row = self.db.fetchone(self.q["beat_tables_in_use"], self._params())
+        row = self.db.fetchone(self.q["schedule_tables_in_use"], self._params())
         return bool(row and row[0])
 
     def record_installed(self, rows: Sequence[InstalledRow]) -> None:
         """installedUntil only grows for an unchanged config (see the statement)."""
         if rows:
-            self.db.execute(self.q["beat_installed_upsert"], self._params(
+            self.db.execute(self.q["schedule_installed_upsert"], self._params(
                 names=[r.name for r in rows], kinds=[r.kind for r in rows],
                 hashes=[r.config_hash for r in rows],
                 untils=[r.installed_until_ms for r in rows]))
 
     def forget_installed(self, names: Sequence[str]) -> None:
         if names:
-            self.db.execute(self.q["beat_installed_delete"], self._params(names=list(names)))
+            self.db.execute(self.q["schedule_installed_delete"], self._params(names=list(names)))
 
     def catch_up(self, row: InstalledRow, until_ms: int, gap_end_ms: int,
                  offers: Sequence[tuple[str, bytes, datetime]], *, min_lead_ms: int,
@@ -147,13 +147,13 @@ class PeriodicStore:
         moved it first. Offers up to ``gap_end_ms`` are the runs of never-installed
         occurrences and are inserted even though due; later ones keep ``min_lead_ms``.
 
-        One statement (``beat_catch_up``), so the compare-and-set on the ledger row is what
+        One statement (``schedule_catch_up``), so the compare-and-set on the ledger row is what
         makes a gap caught up once however many schedulers restart together, and a crash
         cannot leave the ledger moved with its rows missing. Returns the keys created."""
         keys = [validate_key(key) for key, _, _ in offers]
         payloads = [validate_payload(payload) for _, payload, _ in offers]
         ats = [to_ms(at, what="occurrence") for _, _, at in offers]
-        found = self.db.fetchone(self.q["beat_catch_up"], self._params(
+        found = self.db.fetchone(self.q["schedule_catch_up"], self._params(
             name=row.name, kind=validate_kind(row.kind), hash=row.config_hash,
             seen_until=row.installed_until_ms, until=until_ms, gap_end=gap_end_ms,
             keys=keys, payloads=payloads, ats=ats, min_lead_ms=min_lead_ms, now=now_ms))
@@ -169,12 +169,13 @@ def sweep_misfired(queue: QueueHandle, kinds: Sequence[str], patterns: Sequence[
     params = {"kinds": list(kinds), "patterns": list(patterns), "policies": list(policies),
               "grace_ms": [int(g) for g in grace_ms],
               "now": queue.clock_ms()}  # the queue's one clock (the database's unless injected)
-    return [(r[0], r[1]) for r in queue.db.fetchall(queue.queries["beat_misfire_sweep"], params)]
+    rows = queue.db.fetchall(queue.queries["schedule_misfire_sweep"], params)
+    return [(r[0], r[1]) for r in rows]
 
 
 def newer_occurrence_due(queue: QueueHandle, kind: str, pattern: str, at_ms: int,
                          now_ms: int) -> bool:
     """Whether an occurrence matching ``pattern`` (LIKE, escaped) newer than ``at_ms`` is due."""
-    row = queue.db.fetchone(queue.queries["beat_newer_due"],
+    row = queue.db.fetchone(queue.queries["schedule_newer_due"],
                             {"kind": kind, "pattern": pattern, "at_ms": at_ms, "now": now_ms})
     return bool(row and row[0])

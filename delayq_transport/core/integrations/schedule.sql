@@ -42,25 +42,25 @@ WHERE "pKey" >= %(lo)s AND "pKey" <= %(hi)s AND "pKind" = %(kind)s
 ORDER BY "pKey"
 LIMIT %(limit)s
 
--- beat_entry_upsert --
+-- schedule_entry_upsert --
 -- Add or replace a DB-backed beat entry (definition = task, schedule, args, kwargs, options).
-INSERT INTO "delayq_beat_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
+INSERT INTO "delayq_schedule_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
 VALUES (%(table_name)s, %(name)s, %(definition)s::jsonb, %(enabled)s, {now})
 ON CONFLICT ("tableName", "name") DO UPDATE
 SET "definition" = EXCLUDED."definition", "enabled" = EXCLUDED."enabled",
     "updatedAt" = EXCLUDED."updatedAt"
 
--- beat_entry_set_enabled --
+-- schedule_entry_set_enabled --
 -- Enable/disable an entry; for a beat_schedule entry this stores an override row (no definition).
-INSERT INTO "delayq_beat_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
+INSERT INTO "delayq_schedule_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
 VALUES (%(table_name)s, %(name)s, NULL, %(enabled)s, {now})
 ON CONFLICT ("tableName", "name") DO UPDATE
 SET "enabled" = EXCLUDED."enabled", "updatedAt" = EXCLUDED."updatedAt"
 RETURNING "definition" IS NOT NULL AS has_definition
 
--- beat_entries_upsert_many --
+-- schedule_entries_upsert_many --
 -- `delayq beat import`: add or replace many DB-backed entries in one statement, all or none.
-INSERT INTO "delayq_beat_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
+INSERT INTO "delayq_schedule_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
 SELECT %(table_name)s, e.name, e.definition::jsonb, e.enabled, {now}
 FROM unnest(%(names)s::text[], %(definitions)s::text[], %(enableds)s::boolean[])
      AS e(name, definition, enabled)
@@ -68,33 +68,33 @@ ON CONFLICT ("tableName", "name") DO UPDATE
 SET "definition" = EXCLUDED."definition", "enabled" = EXCLUDED."enabled",
     "updatedAt" = EXCLUDED."updatedAt"
 
--- beat_entries_delete_many --
+-- schedule_entries_delete_many --
 -- `delayq beat import --undo`: remove the entries an import added; returns the names removed.
-DELETE FROM "delayq_beat_entries"
+DELETE FROM "delayq_schedule_entries"
 WHERE "tableName" = %(table_name)s AND "name" = ANY(%(names)s::text[])
 RETURNING "name"
 
--- beat_entry_delete --
+-- schedule_entry_delete --
 -- Remove a DB-backed entry (or an enable/disable override).
-DELETE FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s AND "name" = %(name)s
+DELETE FROM "delayq_schedule_entries" WHERE "tableName" = %(table_name)s AND "name" = %(name)s
 
--- beat_entries_list --
+-- schedule_entries_list --
 -- Every DB-backed entry and override of one queue table.
 SELECT "name", "definition", "enabled", "updatedAt"
-FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s ORDER BY "name"
+FROM "delayq_schedule_entries" WHERE "tableName" = %(table_name)s ORDER BY "name"
 
--- beat_installed_list --
+-- schedule_installed_list --
 -- The ledger: which entries have occurrences installed, in which kind, under which config hash,
 -- and since when (firstInstalledAt: recorded only for entries that need it, see below).
 SELECT "name", "kind", "configHash", "installedUntil", "updatedAt", "firstInstalledAt"
-FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s ORDER BY "name"
+FROM "delayq_schedule_installed" WHERE "tableName" = %(table_name)s ORDER BY "name"
 
--- beat_first_install --
+-- schedule_first_install --
 -- The first install of an entry's configuration, claimed once: the first scheduler to install
 -- it under this config hash records the database clock (and installedUntil: nothing before it is
 -- owed); every other one, at the same time or later, reads that time back. A changed hash starts
 -- afresh. `inserted` tells the one scheduler whose claim it was (a one-off already due runs once).
-INSERT INTO "delayq_beat_installed" AS i
+INSERT INTO "delayq_schedule_installed" AS i
     ("tableName", "name", "kind", "configHash", "installedUntil", "updatedAt", "firstInstalledAt")
 VALUES (%(table_name)s, %(name)s, %(kind)s, %(hash)s, {now}, {now}, {now})
 ON CONFLICT ("tableName", "name") DO UPDATE
@@ -108,16 +108,16 @@ SET "firstInstalledAt" = CASE
     "updatedAt" = EXCLUDED."updatedAt"
 RETURNING "firstInstalledAt", "installedUntil", (xmax = 0) AS inserted
 
--- beat_tables_in_use --
+-- schedule_tables_in_use --
 -- Whether any beat entry or installed ledger row exists for one queue table: ``delayq status``
 -- loads the beat plugin (and Celery) only then.
-SELECT EXISTS (SELECT 1 FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s)
-    OR EXISTS (SELECT 1 FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s)
+SELECT EXISTS (SELECT 1 FROM "delayq_schedule_entries" WHERE "tableName" = %(table_name)s)
+    OR EXISTS (SELECT 1 FROM "delayq_schedule_installed" WHERE "tableName" = %(table_name)s)
 
--- beat_installed_upsert --
+-- schedule_installed_upsert --
 -- Record installs of many entries at once. installedUntil only grows for an unchanged config,
 -- so a beat with a stale view never makes another one re-offer its whole horizon.
-INSERT INTO "delayq_beat_installed" AS i
+INSERT INTO "delayq_schedule_installed" AS i
     ("tableName", "name", "kind", "configHash", "installedUntil", "updatedAt")
 SELECT %(table_name)s, s.name, s.kind, s.hash, s.until, {now}
 FROM unnest(%(names)s::text[], %(kinds)s::text[], %(hashes)s::text[], %(untils)s::bigint[])
@@ -130,12 +130,12 @@ SET "installedUntil" = CASE
     "kind" = EXCLUDED."kind", "configHash" = EXCLUDED."configHash",
     "updatedAt" = EXCLUDED."updatedAt"
 
--- beat_installed_delete --
+-- schedule_installed_delete --
 -- Forget entries whose occurrences were uninstalled (removed, disabled or renamed).
-DELETE FROM "delayq_beat_installed"
+DELETE FROM "delayq_schedule_installed"
 WHERE "tableName" = %(table_name)s AND "name" = ANY(%(names)s::text[])
 
--- beat_misfire_sweep --
+-- schedule_misfire_sweep --
 -- Beat refresh: delete waiting occurrences that misfired (due longer ago than their entry's
 -- grace). `skip` drops every misfired one; `coalesce` keeps only the newest due occurrence of
 -- each entry. Rows in flight are never touched. One statement for all entries.
@@ -157,7 +157,7 @@ WHERE t."id" = due."id" AND t."lockUuid" IS NULL AND due.misfired
   AND (due.policy = 'skip' OR (due.policy = 'coalesce' AND due.rank > 1))
 RETURNING t."pKey", t."pKind"
 
--- beat_newer_due --
+-- schedule_newer_due --
 -- Worker side of `coalesce`: is a newer occurrence of the same entry and config already due?
 SELECT EXISTS (
     SELECT 1 FROM {table}
@@ -166,7 +166,7 @@ SELECT EXISTS (
       AND "pKey" LIKE %(pattern)s ESCAPE '\'
 ) AS newer
 
--- beat_catch_up --
+-- schedule_catch_up --
 -- A refresh after no scheduler ran past the end of an entry's installed horizon: insert the
 -- runs the misfire policy keeps of the occurrences never installed (due at once: scheduledAt
 -- is now, scheduledAtInitially the occurrence), and the new horizon, only if this statement
@@ -176,7 +176,7 @@ SELECT EXISTS (
 -- already) without a later scheduler reviving them. Horizon rows (after `gap_end`) keep
 -- offer_batch_insert's min_lead. `claimed` is 0 when another scheduler took the gap.
 WITH claim AS (
-    UPDATE "delayq_beat_installed"
+    UPDATE "delayq_schedule_installed"
     SET "installedUntil" = %(until)s, "updatedAt" = {now}
     WHERE "tableName" = %(table_name)s AND "name" = %(name)s AND "kind" = %(kind)s::text
       AND "configHash" = %(hash)s AND "installedUntil" = %(seen_until)s

@@ -142,7 +142,7 @@ class Migration:
     #: Whether it rewrites the queue table (a new copy of every row: time and disk grow with
     #: the table, under its lock).
     rewrites: bool = False
-    #: The table that ``lock`` is on, when it is not the queue table.
+    #: The table that ``lock`` is on, when it is not the queue table (two: ``"a and b"``).
     lock_on: str = "the queue table"
 
     def __post_init__(self) -> None:
@@ -186,19 +186,27 @@ def _create_runs_table(conn: psycopg.Connection[Any], q: Queries) -> None:
         conn.execute(statement)
 
 
-#: The scheduling engine's tables (:mod:`.periodic` holds their statements): DB-backed entries
-#: and the ledger of installed entries, shared by every queue table and keyed by ``tableName``.
-ENTRIES_TABLE = "delayq_beat_entries"
-INSTALLED_TABLE = "delayq_beat_installed"
+#: The scheduling engine's tables (core/integrations/periodic.py holds their statements):
+#: DB-backed entries and the ledger of installed entries, shared by every queue table and keyed
+#: by ``tableName``. Celery beat and Dramatiq's periodic actors keep their rows in them alike.
+ENTRIES_TABLE = "delayq_schedule_entries"
+INSTALLED_TABLE = "delayq_schedule_installed"
+#: Their names from migration 10 until migration 15 renamed them: released migrations (10, 12)
+#: still create and alter these, and 15 renames them.
+LEGACY_ENTRIES_TABLE = "delayq_beat_entries"
+LEGACY_INSTALLED_TABLE = "delayq_beat_installed"
 
 
-def periodic_tables(metadata: MetaData | None = None) -> list[Table]:
+def periodic_tables(metadata: MetaData | None = None, *,
+                    names: tuple[str, str] = (ENTRIES_TABLE, INSTALLED_TABLE)) -> list[Table]:
+    """The scheduling engine's two tables, as migration 10 declared them (migration 12 adds
+    ``firstInstalledAt`` to the ledger), under ``names`` (entries, installed)."""
     from sqlalchemy import BigInteger, Boolean, Column, MetaData, String, Table, Text
     from sqlalchemy.dialects.postgresql import JSONB
 
     metadata = metadata or MetaData()
     entries = Table(
-        ENTRIES_TABLE, metadata,
+        names[0], metadata,
         Column("tableName", String(31), primary_key=True),
         Column("name", Text, primary_key=True),
         Column("definition", JSONB, nullable=True),
@@ -206,7 +214,7 @@ def periodic_tables(metadata: MetaData | None = None) -> list[Table]:
         Column("updatedAt", BigInteger, nullable=False),
     )
     installed = Table(
-        INSTALLED_TABLE, metadata,
+        names[1], metadata,
         Column("tableName", String(31), primary_key=True),
         Column("name", Text, primary_key=True),
         Column("kind", String(100), nullable=False),
@@ -218,14 +226,31 @@ def periodic_tables(metadata: MetaData | None = None) -> list[Table]:
 
 
 def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
-    """Migration 10 (idempotent: CREATE ... IF NOT EXISTS)."""
-    for table in periodic_tables():
+    """Migration 10 (idempotent: CREATE ... IF NOT EXISTS), under the names it was released
+    with; migration 15 renames them."""
+    for table in periodic_tables(names=(LEGACY_ENTRIES_TABLE, LEGACY_INSTALLED_TABLE)):
         for statement in ddl(table):
             conn.execute(statement)
 
 
 def _ledger_first_install(conn: psycopg.Connection[Any], q: Queries) -> None:
     conn.execute(q["beat_ledger_first_install_column"])
+
+
+def _rename_schedule_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
+    """Migration 15: the scheduling engine's tables named for what they are. They are shared by
+    every queue table but migrated once per queue table, so this meets one of three states:
+    only the old names (the first queue table to get here: renamed, primary keys too); the new
+    names only (a queue table after it); or both, when migration 10 of a queue table migrated
+    after the rename made the old ones again (empty, but merged all the same, new rows winning)
+    and they are dropped."""
+    row = conn.execute(q["schedule_tables_present"]).fetchone()
+    assert row is not None
+    old, new = bool(row[0]), bool(row[1])
+    if old and not new:
+        conn.execute(q["schedule_tables_rename"])
+    elif old:
+        conn.execute(q["schedule_tables_merge"])
 
 
 def _create_revoke_function(conn: psycopg.Connection[Any], q: Queries) -> None:
@@ -262,11 +287,15 @@ MIGRATIONS: list[Migration] = [
               _create_runs_table, lock="none"),
     Migration(12, "scheduling ledger: when each entry was first installed (interval anchors, "
               "one-offs)", _ledger_first_install, lock="ACCESS EXCLUSIVE",
-              lock_on=INSTALLED_TABLE),
+              lock_on=LEGACY_INSTALLED_TABLE),
     Migration(13, "revoke function: a role without DELETE revokes a waiting task by key",
               _create_revoke_function, lock="ROW EXCLUSIVE"),
     Migration(14, "wake-ups of other writers' inserts list every due time (not the earliest)",
               _complete_notify_function, lock="none"),
+    Migration(15, "the scheduling engine's tables named for what they are: delayq_beat_entries "
+              "and delayq_beat_installed become delayq_schedule_entries and "
+              "delayq_schedule_installed", _rename_schedule_tables, lock="ACCESS EXCLUSIVE",
+              lock_on=f"{LEGACY_ENTRIES_TABLE} and {LEGACY_INSTALLED_TABLE}"),
 ]
 
 

@@ -166,6 +166,39 @@ ALTER TABLE {table} SET (fillfactor = 50)
 -- Migration 12: the ledger records when each entry's configuration was first installed.
 ALTER TABLE "delayq_beat_installed" ADD COLUMN IF NOT EXISTS "firstInstalledAt" BIGINT
 
+-- schedule_tables_present --
+-- Migration 15: whether the scheduling engine's tables exist under their old names (migration
+-- 10) and under their new ones.
+SELECT to_regclass('"delayq_beat_entries"') IS NOT NULL
+       AND to_regclass('"delayq_beat_installed"') IS NOT NULL AS old,
+       to_regclass('"delayq_schedule_entries"') IS NOT NULL
+       AND to_regclass('"delayq_schedule_installed"') IS NOT NULL AS new
+
+-- schedule_tables_rename --
+-- Migration 15: the scheduling engine's tables, shared by Celery beat and Dramatiq's periodic
+-- actors, named for what they are; their primary keys (and so their indexes) with them.
+ALTER TABLE "delayq_beat_entries" RENAME TO "delayq_schedule_entries";
+ALTER TABLE "delayq_schedule_entries"
+    RENAME CONSTRAINT "delayq_beat_entries_pkey" TO "delayq_schedule_entries_pkey";
+ALTER TABLE "delayq_beat_installed" RENAME TO "delayq_schedule_installed";
+ALTER TABLE "delayq_schedule_installed"
+    RENAME CONSTRAINT "delayq_beat_installed_pkey" TO "delayq_schedule_installed_pkey"
+
+-- schedule_tables_merge --
+-- Migration 15 when both names exist (migration 10 of a queue table migrated after the rename
+-- created the old ones again): their rows go into the renamed tables, whose own rows win, and
+-- the old tables are dropped.
+INSERT INTO "delayq_schedule_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
+SELECT "tableName", "name", "definition", "enabled", "updatedAt" FROM "delayq_beat_entries"
+ON CONFLICT DO NOTHING;
+INSERT INTO "delayq_schedule_installed" ("tableName", "name", "kind", "configHash",
+                                         "installedUntil", "updatedAt", "firstInstalledAt")
+SELECT "tableName", "name", "kind", "configHash", "installedUntil", "updatedAt",
+       "firstInstalledAt"
+FROM "delayq_beat_installed"
+ON CONFLICT DO NOTHING;
+DROP TABLE "delayq_beat_entries", "delayq_beat_installed"
+
 -- Statements of `delayq uninstall` (core/schema/uninstall.py): it lists, then drops, only what delayq
 -- created for one queue table, by exact name, and refuses while anything else is attached.
 
@@ -222,14 +255,14 @@ DROP FUNCTION IF EXISTS {notify_fn}(), {revoke_fn}(text[]), {search_fn}(bytea)
 -- The table's rows in the migrations ledger.
 DELETE FROM {migrations} WHERE "tableName" = %(table_name)s
 
--- uninstall_forget_beat --
--- The table's beat entries and installed-entry ledger rows.
-WITH entries AS (DELETE FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s)
-DELETE FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s
+-- uninstall_forget_schedule --
+-- The table's rows in the scheduling engine's tables: its entries and installed-entry ledger.
+WITH entries AS (DELETE FROM "delayq_schedule_entries" WHERE "tableName" = %(table_name)s)
+DELETE FROM "delayq_schedule_installed" WHERE "tableName" = %(table_name)s
 
 -- uninstall_drop_shared --
 -- The tables every queue table of the database shares, once no queue table is left.
-DROP TABLE IF EXISTS {migrations}, "delayq_beat_entries", "delayq_beat_installed"
+DROP TABLE IF EXISTS {migrations}, "delayq_schedule_entries", "delayq_schedule_installed"
 
 -- Blocks named schema_* take {schema} (the queue table's schema) and, for grants, {role} as
 -- extra identifiers, like the grant_* blocks below; core/schema/migrations.py renders them at migration.
@@ -279,7 +312,7 @@ GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- grant_beat --
 -- celery beat with the delayq scheduler (run it as the worker role): its two state tables.
-GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_beat_entries", {schema}."delayq_beat_installed" TO {role}
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed" TO {role}
 
 -- grant_producer --
 -- Applications that only publish (apply_async): INSERT rows, read the queue size kombu asks for
@@ -301,5 +334,5 @@ GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 -- pg_stat_activity shows other roles' transactions (without it only this role's own are seen).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.{table}, {schema}.{bindings}, {schema}.{migrations} TO {role};
-GRANT SELECT ON {schema}."delayq_beat_entries", {schema}."delayq_beat_installed" TO {role};
+GRANT SELECT ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed" TO {role};
 GRANT pg_monitor TO {role}

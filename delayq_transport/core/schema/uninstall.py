@@ -3,7 +3,7 @@
 Only what delayq creates, by exact name: the queue table with its three indexes, triggers and
 id sequence, the bindings table, the run ledger, the NOTIFY, revoke and search functions, the
 opt-in search index, the demo's run log (when it carries the demo's mark), the table's rows in
-the shared tables, and the shared tables themselves (migrations ledger, beat entries) once no
+the shared tables, and the shared tables themselves (migrations ledger, schedule entries) once no
 other queue table is recorded. A table not in the migrations ledger is not delayq's: refused.
 An index or trigger someone else added to these tables would go with them, so uninstall
 refuses while one exists and names it. delayq creates no roles; the ``pg_trgm`` extension the
@@ -57,7 +57,7 @@ class UninstallPlan:
     foreign: list[DbObject] = field(default_factory=list)
     other_tables: list[str] = field(default_factory=list)
     demo_log: bool = False
-    beat_tables: bool = False
+    schedule_tables: bool = False
     shared: list[str] = field(default_factory=list)
 
 
@@ -98,11 +98,11 @@ def plan_uninstall(db: Database, table: str) -> UninstallPlan:
     plan.drop += [DbObject("function", f) for (f,) in db.fetchall(q["uninstall_functions"])]
     plan.other_tables = [r[0] for r in db.fetchall(q["uninstall_other_tables"],
                                                    {"table_name": table})]
-    plan.beat_tables = ENTRIES_TABLE in found and INSTALLED_TABLE in found
+    plan.schedule_tables = ENTRIES_TABLE in found and INSTALLED_TABLE in found
     plan.drop.append(DbObject("rows", MIGRATIONS_TABLE, f"the ledger rows of {table}"))
-    if plan.beat_tables:
+    if plan.schedule_tables:
         plan.drop.append(DbObject("rows", f"{ENTRIES_TABLE}, {INSTALLED_TABLE}",
-                                  f"the beat entries of {table}"))
+                                  f"the schedule entries of {table}"))
     if not plan.other_tables:
         plan.shared = [n for n in SHARED_TABLES if n in found]
         plan.drop += [DbObject("table", n, "shared; no other queue table left")
@@ -149,8 +149,8 @@ def uninstall(db: Database, table: str, *, lock_timeout: str = "5s") -> Uninstal
                 conn.execute(q["uninstall_drop_demo_log"])
             conn.execute(q["uninstall_drop_functions"])
             conn.execute(q["uninstall_forget_ledger"], {"table_name": table})
-            if plan.beat_tables:
-                conn.execute(q["uninstall_forget_beat"], {"table_name": table})
+            if plan.schedule_tables:
+                conn.execute(q["uninstall_forget_schedule"], {"table_name": table})
             if plan.shared:
                 conn.execute(q["uninstall_drop_shared"])
 
