@@ -12,8 +12,8 @@ share is unchanged (``bench/diagnostics/profile_publish.py``).
 
 The boundary stays narrow: the statement text still comes from queue.sql, its ``%(name)s``
 placeholders become ``$n`` here, values are still bound parameters (text format, bytea in
-binary), and errors become psycopg's own exceptions, so :func:`~.db.translate` and the retry
-loop of :meth:`~.db.Database.run` treat them exactly as before. Values are ``str``, ``int``,
+binary), and errors become psycopg's own exceptions, so :func:`~.database.translate` and the retry
+loop of :meth:`~.database.Database.run` treat them exactly as before. Values are ``str``, ``int``,
 ``bool``, ``bytes`` (binary), ``None`` or lists of ``str``/``int``/``None`` (array literals);
 results come back in text format and are loaded by psycopg's own loaders (``rows``).
 """
@@ -111,7 +111,7 @@ class _ConnState:
     """What a connection has prepared, its client encoding (read once: it is a lookup), the
     loader of its results, and whether it may prepare at all: a connection behind a
     transaction pooler (the pool's configure step marked it ``_delayq_unprepared``, see
-    :class:`~.db.Database`) lends a different server session to every transaction, where a
+    :class:`~.database.Database`) lends a different server session to every transaction, where a
     named statement exists already or not at all."""
 
     __slots__ = ("encoding", "loader", "prepared", "unnamed")

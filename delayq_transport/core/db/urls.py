@@ -1,8 +1,8 @@
 """Database URLs as users write them, turned into the one libpq URL delayq connects with.
 
 Every entry point (the kombu transport, beat, the Dramatiq broker, the ``delayq`` command)
-hands its URL to :class:`~.db.Database`, which calls :func:`normalize_url`, so each accepts the
-same spellings of a primary and its standbys:
+hands its URL to :class:`~.database.Database`, which calls :func:`normalize_url`, so each accepts
+the same spellings of a primary and its standbys:
 
 * libpq's multi-host form, ``postgresql://u@h1:5432,h2:5432/db?target_session_attrs=read-write``,
   and its query form, ``postgresql://u@/db?host=h1,h2&port=5432,5432``: passed to libpq as

@@ -11,12 +11,12 @@ Guarantees: outcomes are counted exactly per merge (created = rows inserted; wit
 ``RETURNING`` tells created from updated; every other staged row was ignored). Without a run,
 each merge is one autocommit statement, so a writer that dies mid-way leaves whole merges
 behind and a re-run finds their keys (idempotent by ``(key, kind)``, while the rows wait).
-With a :class:`~.runs.RunPart`, the writer applies one part of a run in **one transaction**:
-the staging table, every merge and the part's entry in the run ledger commit together, so a
-part is applied and recorded, or neither; a part already recorded writes nothing (its rows
-are only counted, to check they are the ones recorded: :mod:`.runs`). Behind a transaction
-pooler (PgBouncer) nothing of a session outlives a transaction, so a writer always works in one
-transaction there: the staging table is made in it, and dropped before its commit (the server
+With a :class:`~..ledgers.runs.RunPart`, the writer applies one part of a run in **one
+transaction**: the staging table, every merge and the part's entry in the run ledger commit
+together, so a part is applied and recorded, or neither; a part already recorded writes nothing (its
+rows are only counted, to check they are the ones recorded: :mod:`..ledgers.runs`). Behind a
+transaction pooler (PgBouncer) nothing of a session outlives a transaction, so a writer always works
+in one transaction there: the staging table is made in it, and dropped before its commit (the server
 session goes on to other clients), and no session setting is made. Client memory is one caller
 chunk; the staged rows live in PostgreSQL until their merge.
 """
@@ -98,7 +98,8 @@ class BulkWriter:
     or the same bytes built elsewhere); a merge runs whenever ``flush_rows`` are staged, and on
     :meth:`finish` (or leaving the ``with`` block without an error). :attr:`counts` are final
     after that. With ``run``, nothing is visible before :meth:`finish` commits, and each
-    ``write`` also takes the fingerprint of its tuples' keys (:func:`.runs.add_fingerprints`).
+    ``write`` also takes the fingerprint of its tuples' keys
+    (:func:`..ledgers.runs.add_fingerprints`).
     """
 
     def __init__(

@@ -6,7 +6,8 @@ Celery beat (``delayq_beat``) stores its DB-backed entries and enable/disable ov
 and records which entries have occurrences installed under which config hash, so an entry
 removed from the configuration is found and uninstalled after a restart. Two tables, shared by
 every queue table of a database and keyed by ``tableName`` like the migration ledger; declared
-in :mod:`.schema` (migration 10). Occurrences themselves are ordinary queue rows installed by
+in :mod:`..schema.migrations` (migration 10). Occurrences themselves are ordinary queue rows
+installed by
 :class:`~.cron.CronService`.
 """
 

@@ -124,7 +124,7 @@ def marker_payload(kind: str, at: int) -> str:
 
 
 class Announcer:
-    """One process' wake-ups for one table (one per root :class:`~.queue.DelayedQueue`)."""
+    """One process' wake-ups for one table (one per root :class:`~.delayed_queue.DelayedQueue`)."""
 
     def __init__(self, db: Database, queries: Queries, window_s: float = DEFAULT_WINDOW_S
                  ) -> None:

@@ -1,8 +1,8 @@
 """What the core's helper modules need of a queue, as a Protocol.
 
 Counting, leases and the periodic statements take "a queue" (its pool, its statements, its
-clock), and :class:`~.queue.DelayedQueue` uses some of them; written against this Protocol
-rather than the class, they do not import :mod:`.queue`, even for type checking, so the core
+clock), and :class:`~.delayed_queue.DelayedQueue` uses some of them; written against this Protocol
+rather than the class, they do not import :mod:`.delayed_queue`, even for type checking, so the core
 has no import circle.
 """
 

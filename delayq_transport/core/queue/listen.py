@@ -3,7 +3,7 @@
 The insert and release triggers (migration 2) send ``NOTIFY delayq_<table>, '<kind>:<ms>'``.
 A consumer keeps one connection that LISTENs and reads notifications without blocking; its
 file descriptor goes into the consumer's event loop. Driver errors become
-:class:`~.errors.DatabaseUnavailable` here, so adapters never handle psycopg's exceptions.
+:class:`~..db.errors.DatabaseUnavailable` here, so adapters never handle psycopg's exceptions.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Listener:
                  probe_timeout_s: float = PROBE_TIMEOUT_S) -> None:
         """LISTEN, then prove that notifications arrive: one is sent from a pooled connection
         and must reach this one within ``probe_timeout_s``. Raises
-        :class:`~.errors.ListenUndeliverable` when they cannot: behind a transaction pooler
+        :class:`~..db.errors.ListenUndeliverable` when they cannot: behind a transaction pooler
         (detected, and no direct ``listen_url``: LISTEN is not even tried, since the server
         session it would leave listening is lent to other clients, whose drivers then keep
         every wake-up), or when the probe does not come back."""

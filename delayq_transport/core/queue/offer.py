@@ -1,4 +1,4 @@
-"""Publishing: ``offer`` and ``offer_batch`` of :class:`~.queue.DelayedQueue`.
+"""Publishing: ``offer`` and ``offer_batch`` of :class:`~.delayed_queue.DelayedQueue`.
 
 A row is inserted optimistically (``offer_insert``; 0 rows means the key exists, then a
 compare-and-swap replaces it when asked to). Concurrent offers of one process share one insert
@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 
 class Offering:
-    """The publishing half of :class:`~.queue.DelayedQueue` (which sets these attributes)."""
+    """The publishing half of :class:`~.delayed_queue.DelayedQueue` (which sets these
+    attributes)."""
 
     db: Database
     queries: Queries

@@ -6,7 +6,7 @@ between; its next attempt finds the message in the source again. Keys make that 
 harmless only while the row waits: a worker may have run and acked it meanwhile, and the
 re-offer would insert it again (the task would run twice). So each offer records the source
 message's own id in the run ledger (``<table>__runs``, part :data:`ONCE_PART`; see
-:mod:`.runs`) **in the transaction of its row**: the message is offered and recorded, or
+:mod:`..ledgers.runs`) **in the transaction of its row**: the message is offered and recorded, or
 neither, and an id found recorded writes nothing.
 
 The caller forgets the ids once the source no longer holds those messages
@@ -80,7 +80,7 @@ class OnceOutcome(Enum):
 
 
 class OnceOffering:
-    """The once-only half of publishing; a base of :class:`~.queue.DelayedQueue`."""
+    """The once-only half of publishing; a base of :class:`~.delayed_queue.DelayedQueue`."""
 
     db: Database
     queries: Queries

@@ -11,7 +11,7 @@ process killed meanwhile loses what it buffered (at most ``linger`` seconds of p
 whatever a database outage kept back), and a write error surfaces in the log, not in the
 caller. Bad input still raises in the caller (keys and payloads are checked in ``put``). While
 the database is unreachable the buffer keeps retrying; once ``max_pending`` publishes wait,
-``put`` blocks up to ``put_timeout`` and then raises :class:`~.errors.DatabaseUnavailable`.
+``put`` blocks up to ``put_timeout`` and then raises :class:`~..db.errors.DatabaseUnavailable`.
 ``flush`` writes everything accepted so far and waits for it; ``close`` and interpreter exit
 flush too, and so does the exit of a multiprocessing or billiard child (Celery's prefork pool).
 A forked child starts with an empty buffer (its parent writes what it accepted).

@@ -75,7 +75,7 @@ Delivery = Envelope | tuple[int, str]
 
 
 class SessionQueue(Protocol):
-    """What the session calls on the queue (:class:`~.queue.DelayedQueue` has it)."""
+    """What the session calls on the queue (:class:`~.delayed_queue.DelayedQueue` has it)."""
 
     lease_ms: int
 

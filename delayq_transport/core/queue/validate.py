@@ -1,6 +1,6 @@
 """Validation of what callers hand the queue: keys, kinds, payloads and schedule times.
 
-Bad input is refused with :class:`~.errors.InvalidInput` naming the problem, before any
+Bad input is refused with :class:`~..db.errors.InvalidInput` naming the problem, before any
 statement runs, so nothing stored is touched by a call that cannot succeed.
 """
 
