@@ -11,7 +11,7 @@ catch-up compares and sets.
 Each front end keeps its rows in a namespace of its own (Celery beat: none, Dramatiq's periodic
 actors: ``dramatiq``, stored as ``<table>#dramatiq``), because an installer uninstalls every
 ledger entry that is not in the configuration it is given. The tables and their statements
-belong to the core (:mod:`delayq_transport.core.integrations`, migrations 10 and 15).
+belong to the core (:mod:`delayq_transport.core.integrations`, migrations 10 and 16).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from .entries import EntrySpec, key_prefix, make_spec, storable_options
 from .schedules import schedule_from_json, schedule_to_json
 
 #: The migration after which the engine's tables are as this release reads them: created by
-#: migration 10 (as ``delayq_beat_*``), named ``delayq_schedule_*`` by migration 15.
-SCHEDULE_MIGRATION_VERSION = 15
+#: migration 10 (as ``delayq_beat_*``), named ``delayq_schedule_*`` by migration 16.
+SCHEDULE_MIGRATION_VERSION = 16
 
 
 @dataclass(frozen=True)

@@ -444,14 +444,14 @@ def _schedule_relations(url: str) -> dict[str, list[str]]:
         return out
 
 
-def test_migration_15_renames_the_schedule_tables_with_their_rows(
+def test_migration_16_renames_the_schedule_tables_with_their_rows(
         empty_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A database at version 14 keeps its scheduling entries and ledger under the new names;
     a queue table migrated from nothing afterwards (whose migration 10 makes the old tables
     again) ends with the same two tables, nothing under the old names, no row lost."""
     from delayq_transport.core.integrations import PeriodicStore
 
-    old = [m for m in MIGRATIONS if m.version < 15]
+    old = [m for m in MIGRATIONS if m.version < 16]
     with Database(empty_db, max_size=1) as db:
         monkeypatch.setattr("delayq_transport.core.schema.migrations.MIGRATIONS", old)
         migrate(db, "delayed_queue")
@@ -461,7 +461,7 @@ def test_migration_15_renames_the_schedule_tables_with_their_rows(
             conn.execute('INSERT INTO "delayq_beat_installed" VALUES '
                          "('delayed_queue', 'tick', 'celery', 'h', 2, 1, 1)")
         monkeypatch.undo()
-        assert migrate(db, "delayed_queue") == [15]
+        assert migrate(db, "delayed_queue") == [16]
         renamed = {"delayq_schedule_entries": ["delayq_schedule_entries_pkey",
                                                "delayed_queue/digest"],
                    "delayq_schedule_installed": ["delayq_schedule_installed_pkey",

@@ -191,8 +191,8 @@ def _create_runs_table(conn: psycopg.Connection[Any], q: Queries) -> None:
 #: by ``tableName``. Celery beat and Dramatiq's periodic actors keep their rows in them alike.
 ENTRIES_TABLE = "delayq_schedule_entries"
 INSTALLED_TABLE = "delayq_schedule_installed"
-#: Their names from migration 10 until migration 15 renamed them: released migrations (10, 12)
-#: still create and alter these, and 15 renames them.
+#: Their names from migration 10 until migration 16 renamed them: released migrations (10, 12)
+#: still create and alter these, and 16 renames them.
 LEGACY_ENTRIES_TABLE = "delayq_beat_entries"
 LEGACY_INSTALLED_TABLE = "delayq_beat_installed"
 
@@ -227,7 +227,7 @@ def periodic_tables(metadata: MetaData | None = None, *,
 
 def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
     """Migration 10 (idempotent: CREATE ... IF NOT EXISTS), under the names it was released
-    with; migration 15 renames them."""
+    with; migration 16 renames them."""
     for table in periodic_tables(names=(LEGACY_ENTRIES_TABLE, LEGACY_INSTALLED_TABLE)):
         for statement in ddl(table):
             conn.execute(statement)
@@ -238,7 +238,7 @@ def _ledger_first_install(conn: psycopg.Connection[Any], q: Queries) -> None:
 
 
 def _rename_schedule_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
-    """Migration 15: the scheduling engine's tables named for what they are. They are shared by
+    """Migration 16: the scheduling engine's tables named for what they are. They are shared by
     every queue table but migrated once per queue table, so this meets one of three states:
     only the old names (the first queue table to get here: renamed, primary keys too); the new
     names only (a queue table after it); or both, when migration 10 of a queue table migrated
@@ -292,7 +292,7 @@ MIGRATIONS: list[Migration] = [
               _create_revoke_function, lock="ROW EXCLUSIVE"),
     Migration(14, "wake-ups of other writers' inserts list every due time (not the earliest)",
               _complete_notify_function, lock="none"),
-    Migration(15, "the scheduling engine's tables named for what they are: delayq_beat_entries "
+    Migration(16, "the scheduling engine's tables named for what they are: delayq_beat_entries "
               "and delayq_beat_installed become delayq_schedule_entries and "
               "delayq_schedule_installed", _rename_schedule_tables, lock="ACCESS EXCLUSIVE",
               lock_on=f"{LEGACY_ENTRIES_TABLE} and {LEGACY_INSTALLED_TABLE}"),

@@ -167,7 +167,7 @@ ALTER TABLE {table} SET (fillfactor = 50)
 ALTER TABLE "delayq_beat_installed" ADD COLUMN IF NOT EXISTS "firstInstalledAt" BIGINT
 
 -- schedule_tables_present --
--- Migration 15: whether the scheduling engine's tables exist under their old names (migration
+-- Migration 16: whether the scheduling engine's tables exist under their old names (migration
 -- 10) and under their new ones.
 SELECT to_regclass('"delayq_beat_entries"') IS NOT NULL
        AND to_regclass('"delayq_beat_installed"') IS NOT NULL AS old,
@@ -175,7 +175,7 @@ SELECT to_regclass('"delayq_beat_entries"') IS NOT NULL
        AND to_regclass('"delayq_schedule_installed"') IS NOT NULL AS new
 
 -- schedule_tables_rename --
--- Migration 15: the scheduling engine's tables, shared by Celery beat and Dramatiq's periodic
+-- Migration 16: the scheduling engine's tables, shared by Celery beat and Dramatiq's periodic
 -- actors, named for what they are; their primary keys (and so their indexes) with them.
 ALTER TABLE "delayq_beat_entries" RENAME TO "delayq_schedule_entries";
 ALTER TABLE "delayq_schedule_entries"
@@ -185,7 +185,7 @@ ALTER TABLE "delayq_schedule_installed"
     RENAME CONSTRAINT "delayq_beat_installed_pkey" TO "delayq_schedule_installed_pkey"
 
 -- schedule_tables_merge --
--- Migration 15 when both names exist (migration 10 of a queue table migrated after the rename
+-- Migration 16 when both names exist (migration 10 of a queue table migrated after the rename
 -- created the old ones again): their rows go into the renamed tables, whose own rows win, and
 -- the old tables are dropped.
 INSERT INTO "delayq_schedule_entries" ("tableName", "name", "definition", "enabled", "updatedAt")
