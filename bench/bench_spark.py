@@ -4,7 +4,7 @@ One run reports, on one fresh database:
 
 1. **the raw COPY limit**: one Python process binary-COPYing ``--rows`` ready messages (the
    same tasks, built beforehand, untimed) straight into a queue table with its indexes and
-   trigger; and the same rows through ``core.bulk.BulkWriter`` (COPY into a TEMP table, one
+   trigger; and the same rows through ``core.integrations.BulkWriter`` (COPY into a TEMP table, one
    ``INSERT ... ON CONFLICT`` merge per 50,000 rows), which ``schedule_tasks`` uses;
 2. ``schedule_tasks`` end to end (job start to return) on ``--master``, first run and re-run
    (every row ``ignored``), counts checked exactly;

@@ -265,7 +265,7 @@ def _int32(n: Column) -> Column:
 
 
 def _copy_tuple(key: Column, kind: str, payload: Column, at_ms: Column) -> Column:
-    """``core.bulk.copy_record`` in SQL: 4 fields, each length-prefixed, big-endian."""
+    """``core.integrations.copy_record`` in SQL: 4 fields, each length-prefixed, big-endian."""
     key_bytes = F.encode(key, "UTF-8")
     kind_bytes = kind.encode()
     kind_field = len(kind_bytes).to_bytes(4, "big") + kind_bytes

@@ -1,6 +1,6 @@
 """One partition of ``schedule_tasks``: runs on the executors, inside ``mapInArrow``.
 
-The partition streams its binary COPY tuples into a :class:`~..core.bulk.BulkWriter`, builds
+The partition streams its binary COPY tuples into a :class:`~..core.integrations.BulkWriter`, builds
 the tuples of the rows the JVM could not encode with the Python encoder (:mod:`.rows`), counts
 bad rows with a sample, and yields one row of counts, which the driver adds up.
 

@@ -49,8 +49,8 @@ def queue_dataframe(
 ) -> DataFrame:
     """The queue table as a DataFrame (``QUEUE_SCHEMA``), read by id range in parallel.
 
-    Each partition pages through its range (``core.scan``) and hands Spark Arrow batches,
-    column by column. Lazy like any DataFrame: every action reads the table again;
+    Each partition pages through its range (``core.inspect.scan_range``) and hands Spark Arrow
+    batches, column by column. Lazy like any DataFrame: every action reads the table again;
     ``cache()`` it for a consistent snapshot across several reports.
 
     Parameters:

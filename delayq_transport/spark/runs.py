@@ -1,7 +1,7 @@
 """The driver's side of run ids: applied once, even after the tasks ran (issue 29).
 
 ``schedule_tasks(..., run_id=...)`` and every micro-batch of ``schedule_stream`` (run id
-``stream/<query id>/<batch id>``) are runs of the ledger of :mod:`..core.runs`. Each Spark
+``stream/<query id>/<batch id>``) are runs of the ledger of :mod:`..core.ledgers`. Each Spark
 partition is one part, applied and recorded in its own transaction (:mod:`.partition`). Here:
 
 * before the job, the ledger is pruned (retention) and read: a run recorded whole returns at

@@ -8,7 +8,7 @@ exactly; the other rows reach the partition's writer as plain values and go thro
 Python encoder of :mod:`.rows`, which builds the same bytes or the reason the row is bad (jobs
 with argument types the JVM path does not cover use that encoder as a UDF). Every partition
 streams its tuples into a TEMP staging table and merges them into the queue
-(``core.bulk.BulkWriter``: one ``INSERT ... ON CONFLICT`` per
+(``core.integrations.BulkWriter``: one ``INSERT ... ON CONFLICT`` per
 ``chunk_size`` rows; :mod:`.partition`), and returns its counts, which the driver adds up:
 only a successful task attempt's output is collected, so a retried partition is counted once.
 

@@ -4,7 +4,7 @@ Keys make a re-run idempotent only while the rows wait: a worker's ack deletes t
 replayed micro-batch, a retried Spark task or a re-run job would then insert the task again
 and it would run twice (issue 29). The ledger (``<table>__runs``, migration 11) remembers
 instead that a part was applied. Each part records itself **in the transaction of its own
-rows** (``core.bulk.BulkWriter`` with a :class:`RunPart`), so a part is either applied and
+rows** (``core.integrations.BulkWriter`` with a :class:`RunPart`), so a part is either applied and
 recorded or neither, whatever dies when; a part found recorded writes nothing. When every
 part is in, the caller records the whole run (part ``-1``), and a later attempt of the run
 returns at once.
