@@ -8,7 +8,7 @@ its settings through it, and ``docs/reference/transport-options.md`` is rendered
 
 from __future__ import annotations
 
-from ..core.integrations import DEFAULT_BINDING_TTL_S
+from ..core.integrations import DEFAULT_BINDING_TTL_S as BINDINGS_TTL_S
 from ..core.queue import (
     DEFAULT_FULL_RESCAN_INTERVAL_S,
     DEFAULT_MAX_PENDING,
@@ -101,7 +101,7 @@ TRANSPORT_OPTIONS = Options(
            "`durable_publish=True`."),
     Option("max_message_size", 64 * 1024 * 1024, "bytes",
            "Larger messages are refused with an error naming the size.", shown="64 MiB"),
-    Option("binding_ttl", DEFAULT_BINDING_TTL_S, "seconds",
+    Option("binding_ttl", BINDINGS_TTL_S, "seconds",
            "A fanout queue whose consumer was not seen for this long gets no more broadcasts "
            "(consumers refresh their bindings every 15 s: keep it above that). Auto-delete "
            "queues unseen for 10 minutes are removed with their rows."),
