@@ -34,8 +34,8 @@ def fair_rounds(df: Any, rows: int, schedule: Callable[..., Any], url: str, roun
                 checkpoint: Callable[[], None], log: Callable[[str], None]) -> dict[str, Any]:
     """``rounds`` rounds of the three modes (plus an uncounted first one); rows/s per round,
     medians, and the median of the per-round ratios to COPY."""
-    from delayq_transport.core.bulk import copy_direct
     from delayq_transport.core.db import Database
+    from delayq_transport.core.integrations import copy_direct
 
     rates: dict[str, list[float]] = {m: [] for m in MODES}
     with Database(url, max_size=1) as db:  # the COPY's session, warm after the first round

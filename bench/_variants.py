@@ -14,7 +14,7 @@ plain broker names, ``--brokers`` takes
 Worker and producer processes check at start that they import delayq from where they should.
 
 ``bench_burst.py`` also varies one line: :func:`window_tree` is a revision's library (or this
-checkout's) with the wake-up window ``DEFAULT_WINDOW_S`` of core/announce.py set to another
+checkout's) with the wake-up window ``DEFAULT_WINDOW_S`` of core/queue/announce.py set to another
 value, run through :func:`tree_env` like a revision.
 """
 
@@ -94,7 +94,7 @@ def source_tree(rev: str) -> Path:
 
 
 #: The one line :func:`window_tree` sets, and the file that holds it.
-WINDOW_FILE = Path("delayq_transport/core/announce.py")
+WINDOW_FILE = Path("delayq_transport/core/queue/announce.py")
 _WINDOW_LINE = re.compile(r"^DEFAULT_WINDOW_S = .*$", re.MULTILINE)
 #: The packages a tree of this checkout holds (what ``git archive`` of a revision gives too).
 _PACKAGES = ("delayq_transport", "delayq_beat")

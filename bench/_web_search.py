@@ -23,7 +23,7 @@ import httpx
 import psycopg
 
 from delayq_transport import DelayedQueue
-from delayq_transport.core import search
+from delayq_transport.core.inspect import create_index
 from delayq_transport.transport.message import encode, task_message
 
 END_NEEDLE = "far-end-needle@example.org"
@@ -87,7 +87,7 @@ def phase(url: str, base: str, cap_s: float, publishes: int, payload: bytes) -> 
             conn.execute(f'ALTER DATABASE "{name[0]}" SET maintenance_work_mem = \'1GB\'')
         with DelayedQueue(url, kind="celery") as queue:
             t = time.perf_counter()
-            search.create_index(queue)
+            create_index(queue)
             out["index_build_s"] = time.perf_counter() - t
         with psycopg.connect(url) as conn:
             row = conn.execute("SELECT pg_size_pretty(pg_relation_size("

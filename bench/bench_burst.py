@@ -26,7 +26,7 @@ worker processes, and starts after a CHECKPOINT. Lateness is the job's own start
 Rounds (``--rounds``, default 3) interleave the systems and variants, the order rotating each
 round; each figure is the median of the rounds with their min-max. Variants of delayq:
 ``--rev REV`` (another revision's library, exported with ``git archive``, bench/_variants.py)
-and ``--window-ms MS`` (the wake-up window ``DEFAULT_WINDOW_S`` of core/announce.py set to MS,
+and ``--window-ms MS`` (the wake-up window ``DEFAULT_WINDOW_S`` of core/queue/announce.py set to MS,
 in this checkout's library and in each ``--rev``'s), or exactly the variants named with
 ``--variant`` (``.`` or a revision, optionally ``~window_ms=MS``). A run with a variant in
 ``burst`` or ``peers`` mode is an A/B: its results go to ``bench/results/<mode>_ab.json``,
@@ -501,7 +501,7 @@ class NotifyMeter:
     listener gets each one once), and ``pg_notification_queue_usage()`` sampled meanwhile."""
 
     def __init__(self, url: str) -> None:
-        from delayq_transport.core.queries import notify_channel
+        from delayq_transport.core.db.queries import notify_channel
 
         self.channel = notify_channel(TABLE)
         self.conn = psycopg.connect(url, autocommit=True)

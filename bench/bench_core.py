@@ -76,7 +76,7 @@ LEASE_MS = 60_000
 OFFER_DELAY = timedelta(hours=1)
 CHART = IMG_DIR / "bench_core.png"
 
-#: The baseline, deliberately not delayq's queries.sql: the least SQL that does each job on
+#: The baseline, deliberately not delayq's queue.sql: the least SQL that does each job on
 #: the same table, values bound, arrays sent in binary. psycopg prepares each statement after
 #: five executions, as it does for delayq's.
 _NOW_MS = "(extract(epoch FROM now()) * 1000)::bigint"

@@ -43,7 +43,7 @@ from _common import (
 from rich.console import Console
 
 from delayq_transport import Database, DelayedQueue, migrate
-from delayq_transport.core.health import check_health
+from delayq_transport.core.inspect import check_health
 from delayq_transport.metrics import render
 
 console = Console()

@@ -4,7 +4,7 @@ One run reports, on one fresh database:
 
 1. **the raw COPY limit**: one Python process binary-COPYing ``--rows`` ready messages (the
    same tasks, built beforehand, untimed) straight into a queue table with its indexes and
-   trigger; and the same rows through ``core.bulk.BulkWriter`` (COPY into a TEMP table, one
+   trigger; and the same rows through ``core.integrations.BulkWriter`` (COPY into a TEMP table, one
    ``INSERT ... ON CONFLICT`` merge per 50,000 rows), which ``schedule_tasks`` uses;
 2. ``schedule_tasks`` end to end (job start to return) on ``--master``, first run and re-run
    (every row ``ignored``), counts checked exactly;
@@ -99,7 +99,7 @@ def truncate(url: str, table: str) -> None:
 
 def message_chunks(rows: int, base: datetime, now_ms: int, *, direct: bool) -> Iterator[bytes]:
     """The benchmark's tasks as binary COPY tuples, ``CHUNK_ROWS`` at a time."""
-    from delayq_transport.core.bulk import copy_record, direct_record
+    from delayq_transport.core.integrations import copy_record, direct_record
     from delayq_transport.spark.rows import default_key, encoder
 
     enc = encoder(TASK, QUEUE, None, "bench")
@@ -120,8 +120,8 @@ def message_chunks(rows: int, base: datetime, now_ms: int, *, direct: bool) -> I
 def copy_limit(url: str, rows: int, base: datetime) -> dict[str, Any]:
     """Only the COPY calls are timed; building the messages is not."""
     from delayq_transport import DelayedQueue
-    from delayq_transport.core.bulk import BulkWriter, copy_direct
     from delayq_transport.core.db import Database
+    from delayq_transport.core.integrations import BulkWriter, copy_direct
 
     out: dict[str, Any] = {}
     for table in ("bench_copy", "bench_merge"):

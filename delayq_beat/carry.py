@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, tzinfo
 from typing import Any, Protocol
 
-from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core import InvalidInput
 from delayq_transport.scheduling.carried import Carried, Refused, first_install_anchor
 from delayq_transport.scheduling.entries import DELAYQ_OPTIONS, zone_name
 from delayq_transport.scheduling.schedules import SCHEDULE_TYPES, Crontab, Interval, Schedule

@@ -18,9 +18,8 @@ import click
 from rich.table import Table
 
 from delayq_transport.commands import STATUS_HOOKS, Context, console, register
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.queue import DelayedQueue
-from delayq_transport.core.timeutil import from_ms, to_ms
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.queue import DelayedQueue, from_ms, to_ms
 from delayq_transport.formats.celery import queue_of_kind
 from delayq_transport.output import emit, json_option
 from delayq_transport.scheduling.djbeat import listing_fields

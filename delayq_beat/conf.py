@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from delayq_transport.core.optionspec import Option, Options
+from delayq_transport.core.queue import Option, Options
 from delayq_transport.scheduling.entries import ENTRY_OPTIONS
 
 from .entries import DEFAULT_GRACE_S, DEFAULT_MISFIRE, MISFIRE_POLICIES

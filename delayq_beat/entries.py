@@ -18,8 +18,8 @@ from typing import Any
 
 from celery.schedules import crontab, schedule, solar
 
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.queue import to_ms
 from delayq_transport.scheduling import entries, schedules, times
 from delayq_transport.scheduling.entries import (
     DEFAULT_GRACE_S,

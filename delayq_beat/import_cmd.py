@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core import InvalidInput
 from delayq_transport.scheduling.schedules import describe
 
 from . import imports

@@ -25,10 +25,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from delayq_transport.core.cron import CronService
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.queue import DelayedQueue
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.integrations import CronService
+from delayq_transport.core.queue import DelayedQueue, to_ms
 from delayq_transport.scheduling import bounds
 from delayq_transport.scheduling.carried import Carried, Refused
 from delayq_transport.scheduling.entries import key_prefix, make_spec

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.queue import DelayedQueue
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.queue import DelayedQueue, to_ms
 from delayq_transport.formats import celery as messages
 from delayq_transport.scheduling import installer as engine
 from delayq_transport.scheduling.entries import instant

@@ -21,9 +21,9 @@ from celery import beat
 from celery.exceptions import ImproperlyConfigured, QueueNotFound
 from kombu import Exchange
 
+from delayq_transport.core import DelayqError, InvalidInput
 from delayq_transport.core.db import Database
-from delayq_transport.core.djbeat import prune_run_claims
-from delayq_transport.core.errors import DelayqError, InvalidInput
+from delayq_transport.core.integrations import prune_run_claims
 from delayq_transport.core.queue import DelayedQueue
 from delayq_transport.formats import celery as messages
 from delayq_transport.scheduling import djbeat

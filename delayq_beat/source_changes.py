@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from delayq_transport.core import SchemaMissing
 from delayq_transport.core.db import Database
-from delayq_transport.core.djbeat import DjangoBeatTables
-from delayq_transport.core.errors import SchemaMissing
+from delayq_transport.core.integrations import DjangoBeatTables
 from delayq_transport.scheduling import djbeat
 from delayq_transport.scheduling.store import EntryStore, StoredEntry
 

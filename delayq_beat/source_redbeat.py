@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 
 from celery.schedules import crontab
 
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.urls import mask_password
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.db import mask_password
 from delayq_transport.scheduling.carried import Carried, Refused
 from delayq_transport.scheduling.schedules import Interval
 

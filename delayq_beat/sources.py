@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from delayq_transport.core.db import Database
-from delayq_transport.core.djbeat import DjangoBeatTables, TaskRow
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.urls import mask_password
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.db import Database, mask_password
+from delayq_transport.core.integrations import DjangoBeatTables
+from delayq_transport.core.integrations import DjangoBeatTask as TaskRow
 from delayq_transport.scheduling import djbeat
 from delayq_transport.scheduling.carried import Refused
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from delayq_transport.scheduling.store import (
-    BEAT_MIGRATION_VERSION,
+    SCHEDULE_MIGRATION_VERSION,
     EntryStore,
     InstalledEntry,
     StoredEntry,
@@ -17,6 +17,10 @@ from delayq_transport.scheduling.store import (
 from .entries import EntrySpec, from_celery, own_zone
 
 __all__ = ["BEAT_MIGRATION_VERSION", "BeatStore", "InstalledEntry", "StoredEntry"]
+
+#: Celery beat's name for the engine's :data:`SCHEDULE_MIGRATION_VERSION`: the migration after
+#: which its tables are as this release reads them.
+BEAT_MIGRATION_VERSION = SCHEDULE_MIGRATION_VERSION
 
 
 class BeatStore(EntryStore):

@@ -3,7 +3,8 @@
 Layout, one folder per concept:
 
 * :mod:`delayq_transport.core`: ``DelayedQueue``, ``CronService``, the database boundary, the
-  schema and migrations, and the one SQL file. It imports no adapter.
+  schema and migrations, and every SQL statement, in parts (db, schema, queue, inspect,
+  ledgers, integrations). It imports no adapter.
 * :mod:`delayq_transport.transport`: the kombu transport (``delayq+postgresql://``).
 * :mod:`delayq_transport.spark`: scheduling from and reading into Spark DataFrames.
 * :mod:`delayq_transport.cli`: the ``delayq`` command, its demo and the embedded PostgreSQL.

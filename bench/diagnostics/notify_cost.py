@@ -1,10 +1,10 @@
 """What the publish's NOTIFY costs the machine, with ``pgbench``.
 
-The publish statement (``offer_insert`` of queries.sql, as the queue formats it) sends no wake-
-up: core/announce.py sends them after the commit, coalesced. This runs it with ``pgbench`` (2
-clients, prepared, ``synchronous_ commit=off`` as the consumer pool and a default publish use)
-against a fresh database, once as shipped and once with a ``pg_notify`` column added (the
-publish of revisions before issue 27, which notified inside its own transaction), alternately,
+The publish statement (``offer_insert`` of core/queue/queue.sql, as the queue formats it) sends no
+wake- up: core/queue/announce.py sends them after the commit, coalesced. This runs it with
+``pgbench`` (2 clients, prepared, ``synchronous_ commit=off`` as the consumer pool and a default
+publish use) against a fresh database, once as shipped and once with a ``pg_notify`` column added
+(the publish of revisions before issue 27, which notified inside its own transaction), alternately,
 while one listener holds ``LISTEN`` and reads every 100 ms the way a backlogged (deaf) worker
 does. Each round starts from an empty table. It prints the whole machine's CPU per insert (every
 process: pgbench, the backends, the listener's backend, the WAL writer), from ``/proc/stat``.
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common,
 
 from _common import DEFAULT_ADMIN_URL, fresh_database, machine_cpu  # noqa: E402
 
-from delayq_transport.core.queries import Queries, notify_channel  # noqa: E402
+from delayq_transport.core.db.queries import Queries, notify_channel  # noqa: E402
 from delayq_transport.core.queue import DelayedQueue  # noqa: E402
 
 TABLE = "delayed_queue"

@@ -37,9 +37,9 @@ import functools, os, sys, celery_bench_app
 window = os.environ.get("BENCH_ANNOUNCE_WINDOW")
 try:
     from delayq_transport.core import announce
-except ImportError:  # a revision from before core/announce.py
+except ImportError:  # a revision from before core/queue/announce.py
     announce = None
-if window and announce is not None:  # a diagnostic only: core/announce.py's wake-up window
+if window and announce is not None:  # a diagnostic only: core/queue/announce.py's wake-up window
     announce.Announcer.__init__.__defaults__ = (float(window),)
 celery_bench_app.configure()
 app = celery_bench_app.app
@@ -114,7 +114,7 @@ def count(name: str, cfg: cel.Settings, small: int, big: int, window: float | No
                    "per broker; -1: no profile, only the process' CPU (user, system) and "
                    "context switches per publish.")
 @click.option("--window", type=float, default=None,
-              help="delayq's wake-up window (core/announce.py), s: 0 sends one per publish "
+              help="delayq's wake-up window (core/queue/announce.py), s: 0 sends one per publish "
                    "on the publishing thread, 1000 none (the thread sends them, not counted). "
                    "Valgrind slows a publish past the default 5 ms: every one then sends.")
 @click.option("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres",

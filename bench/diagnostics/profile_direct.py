@@ -1,6 +1,6 @@
 """Client CPU of the hot statements on libpq itself vs through psycopg's cursor.
 
-``core/direct.py`` runs the publish (``offer_insert``) and the poll (``try_poll_many``) with
+``core/db/direct.py`` runs the publish (``offer_insert``) and the poll (``try_poll_many``) with
 ``PGconn.exec_prepared``. This measures, on one connection of a fresh database, the client
 CPU (``process_time``) of
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common,
 from _common import DEFAULT_ADMIN_URL, console, fresh_database  # noqa: E402
 
 from delayq_transport import DelayedQueue  # noqa: E402
-from delayq_transport.core.db import cursor_of  # noqa: E402
+from delayq_transport.core.db.database import cursor_of  # noqa: E402
 
 PAYLOAD = b"x" * 972  # a Celery no-op task message as the transport stores it
 

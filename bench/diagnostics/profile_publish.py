@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common,
 from _common import DEFAULT_ADMIN_URL, console, cpu_seconds, fresh_database  # noqa: E402
 
 from delayq_transport import Database, DelayedQueue  # noqa: E402
-from delayq_transport.core.queries import notify_channel  # noqa: E402
+from delayq_transport.core.db.queries import notify_channel  # noqa: E402
 
 PAYLOAD = b"x" * 972  # a Celery no-op task message as the transport stores it
 WARM_UP = 200  # publishes before the clock starts: connection, prepared statement, plan

@@ -5,8 +5,8 @@ per-user data directory and says where. The live view reads the queue table itse
 it shows as "scheduled" is exactly what no worker holds yet.
 
 Pointed at a real database it touches nothing of the user's: it works in a queue table of its
-own (``delayq_demo``, core/runlog.py), its worker consumes only the demo's queue there, and a
-second demo on the same database is refused while one runs.
+own (``delayq_demo``, core/ledgers/runlog.py), its worker consumes only the demo's queue there, and
+a second demo on the same database is refused while one runs.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from rich.table import Table
 
 from ..commands import Context, console, register
 from ..core.db import Database, mask_password
+from ..core.ledgers import DEMO_QUEUE, DEMO_TABLE, DemoSite, RunLog, demo_tables
 from ..core.queue import DelayedQueue
-from ..core.runlog import DEMO_QUEUE, DEMO_TABLE, DemoSite, RunLog, demo_tables
 from . import embedded
 
 COUNTDOWNS_S = (1, 2, 3, 5, 8)

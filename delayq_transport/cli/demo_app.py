@@ -13,7 +13,7 @@ from celery import Celery
 
 import delayq_transport  # noqa: F401  - registers the delayq+ scheme (the one extra step)
 from delayq_transport.core.db import Database
-from delayq_transport.core.runlog import DEMO_QUEUE, DEMO_TABLE, RunLog
+from delayq_transport.core.ledgers import DEMO_QUEUE, DEMO_TABLE, RunLog
 
 app = Celery("delayq_demo")
 app.conf.update(

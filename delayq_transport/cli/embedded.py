@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import DelayqError
+from ..core import DelayqError
 
 
 def default_data_dir() -> Path:

@@ -15,7 +15,7 @@ from typing import NoReturn
 
 import click
 
-from ..core.errors import DatabaseUnavailable, DelayqError, SchemaMissing
+from ..core import DatabaseUnavailable, DelayqError, SchemaMissing
 
 EXIT_OK = 0
 EXIT_ERROR = 1

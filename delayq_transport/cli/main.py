@@ -12,10 +12,9 @@ import importlib
 import click
 
 from ..commands import COMMANDS, DEFAULT_POOL_SIZE, STATUS_HOOKS, Context, console, register
-from ..core import validate_table_name
+from ..core import DelayqError, validate_table_name
 from ..core.db import Database, mask_password
-from ..core.errors import DelayqError
-from ..core.periodic import PeriodicStore
+from ..core.integrations import PeriodicStore
 from ..core.schema import MIGRATIONS, migrate
 from .errors import fail
 from .status import run_status, status_options

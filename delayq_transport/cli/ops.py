@@ -9,10 +9,16 @@ import click
 from rich.table import Table
 
 from ..commands import Context, console, register
-from ..core.counts import COUNT_CAP
 from ..core.db import Database, mask_password
-from ..core.grants import ROLE_PROFILES, grants_for
-from ..core.uninstall import UninstallPlan, UninstallRefused, plan_uninstall, uninstall
+from ..core.queue import COUNT_CAP
+from ..core.schema import (
+    ROLE_PROFILES,
+    UninstallPlan,
+    UninstallRefused,
+    grants_for,
+    plan_uninstall,
+    uninstall,
+)
 from ..output import emit, json_option
 
 

@@ -1,8 +1,8 @@
 """``delayq status``: queue counters and what threatens the queue, as a table or as JSON.
 
-Counts are bounded (exact up to a cap, labelled beyond it: ``core/counts.py``) and the health
-section reads only catalogs (``core/health.py``), so the command answers in well under a second
-on a table of 10M rows. ``--exact`` restores the full count when that is what you want.
+Counts are bounded (exact up to a cap, labelled beyond it: ``core/queue/counts.py``) and the health
+section reads only catalogs (``core/inspect/health.py``), so the command answers in well under a
+second on a table of 10M rows. ``--exact`` restores the full count when that is what you want.
 """
 
 from __future__ import annotations
@@ -17,11 +17,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..core.counts import AT_LEAST, COUNT_CAP, ESTIMATE
-from ..core.health import Health, check_health
-from ..core.queue import DelayedQueue
-from ..core.timeutil import from_ms
-from ..core.types import KindStatus
+from ..core.inspect import Health, check_health
+from ..core.queue import AT_LEAST, COUNT_CAP, ESTIMATE, DelayedQueue, KindStatus, from_ms
 from ..formats.celery import queue_of_kind
 from ..output import json_option
 

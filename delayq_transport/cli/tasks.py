@@ -14,7 +14,7 @@ import click
 from rich.table import Table
 
 from ..commands import Context, console, register
-from ..core import search
+from ..core.inspect import create_index, drop_index, index_ready
 from ..output import emit, json_option
 from ..tasks import (
     TaskFilter,
@@ -195,10 +195,10 @@ def search_index_cmd(obj: Context, action: str, as_json: bool) -> None:
     """
     with obj.queue() as queue:
         if action == "create":
-            search.create_index(queue)
+            create_index(queue)
         elif action == "drop":
-            search.drop_index(queue)
-        ready = search.index_ready(queue)
+            drop_index(queue)
+        ready = index_ready(queue)
     _done(as_json, {"table": obj.table, "search_index": ready},
           f"search index on {obj.table}: {'present' if ready else 'absent'}")
 

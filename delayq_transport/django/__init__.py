@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from ..core.errors import InvalidInput
-from ..core.urls import params_url
+from ..core import InvalidInput
+from ..core.db import params_url
 
 #: ``OPTIONS`` keys that Django or the driver consume, not libpq: left out of the URL.
 DJANGO_ONLY_OPTIONS = frozenset({

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from ..core.joined import Joined, set_implicit
+from ..core.queue import Joined, set_implicit
 
 
 class DelayqConfig(AppConfig):
@@ -44,7 +44,7 @@ class DelayqConfig(AppConfig):
 
 
 def atomic_transaction(alias: str) -> Any:
-    """What :func:`~delayq_transport.core.joined.current` asks outside a ``transaction()``
+    """What :func:`~delayq_transport.core.queue.current` asks outside a ``transaction()``
     block: the alias's connection of this thread while it is inside ``atomic()``."""
 
     hint = (f"Django: DELAYQ_DATABASE = {alias!r} joins the atomic() blocks of "

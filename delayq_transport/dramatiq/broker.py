@@ -34,14 +34,19 @@ from dramatiq.errors import QueueJoinTimeout, QueueNotFound
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
-from ..core import partitions
+from ..core import InvalidInput
 from ..core.db import Database, mask_password
-from ..core.errors import InvalidInput
-from ..core.listen import Listener
-from ..core.publish_buffer import PublishBuffer, check_linger
-from ..core.queue import DelayedQueue
-from ..core.session import Session
-from ..core.timeutil import from_ms
+from ..core.queue import (
+    DelayedQueue,
+    Listener,
+    PublishBuffer,
+    Session,
+    check_linger,
+    count_all,
+    expire,
+    from_ms,
+    list_kinds,
+)
 from . import names
 from .consumer import DelayqConsumer, IdleConsumer, misfired_periodic
 
@@ -193,7 +198,7 @@ class DelayqBroker(Broker):
 
     @property
     def session(self) -> Session:
-        """The consumer session of this broker's consumers (core/session.py): its thread reads
+        """The consumer session of this broker's consumers (core/queue/session.py): its thread reads
         LISTEN, deletes acks in batches, extends leases and expires dead letters."""
         if self._session is None:
             self._session = Session(
@@ -307,7 +312,7 @@ class DelayqBroker(Broker):
                 None if timeout is None else timeout / 1000):
             raise QueueJoinTimeout(queue_name)
         kinds = self.kinds_for(queue_name)
-        while partitions.count_all(self.queue, kinds):
+        while count_all(self.queue, kinds):
             if deadline is not None and time.monotonic() >= deadline:
                 raise QueueJoinTimeout(queue_name)
             if self._session is not None:
@@ -326,7 +331,7 @@ class DelayqBroker(Broker):
             for sub in session.subscriptions():
                 session.unsubscribe(sub)
             session.close()
-        self.queue.close()  # sends the wake-ups still pending (core/announce.py)
+        self.queue.close()  # sends the wake-ups still pending (core/queue/announce.py)
         if self._owns_db:
             self.db.close()
 
@@ -344,7 +349,7 @@ class DelayqBroker(Broker):
     def dead_letters_of(self, queue_name: str, limit: int = 100) -> list[Message]:
         """Dead-lettered messages of a queue, newest first, as they were when they failed
         (without the failure options the nack adds for the dead-letter page)."""
-        rows = partitions.list_kinds(self.queue, [self.dead_letter_kind(queue_name)], limit)
+        rows = list_kinds(self.queue, [self.dead_letter_kind(queue_name)], limit)
         messages = [Message.decode(r.payload) for r in rows]
         return [m._replace(options={k: v for k, v in m.options.items()
                                     if k not in names.FAILURE_OPTIONS}) for m in messages]
@@ -356,10 +361,10 @@ class DelayqBroker(Broker):
 
     def expire_dead_letters(self) -> int:
         """Delete dead letters whose retention ended (the session does it every minute)."""
-        return partitions.expire(self.queue, [self.dead_letter_kind(q) for q in self.queues])
+        return expire(self.queue, [self.dead_letter_kind(q) for q in self.queues])
 
     def stats(self, queue_name: str) -> dict[str, Any]:
         """Rows of a queue (due, delayed and in flight together) and its dead letters."""
-        return {"messages": partitions.count_all(self.queue, self.kinds_for(queue_name)),
-                "dead_letters": partitions.count_all(self.queue,
+        return {"messages": count_all(self.queue, self.kinds_for(queue_name)),
+                "dead_letters": count_all(self.queue,
                                                      [self.dead_letter_kind(queue_name)])}

@@ -1,4 +1,4 @@
-"""Dramatiq consumers: thin adapters on the broker's consumer session (core/session.py).
+"""Dramatiq consumers: thin adapters on the broker's consumer session (core/queue/session.py).
 
 A consumer is one subscription of the session: it takes due rows only (the session polls up
 to its prefetch room and learns when the next row is due), waits on an event the session sets
@@ -20,8 +20,7 @@ from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import DecodeError
 from dramatiq.message import Message
 
-from ..core.timeutil import to_ms
-from ..core.types import Envelope
+from ..core.queue import Envelope, to_ms
 from ..scheduling.misfire import misfired
 from .names import EXCEPTION_OPTION, PERIODIC_OPTION, TRACEBACK_OPTION, canonical
 from .ports import BrokerPort

@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from ..formats import dramatiq as names
 from ..scheduling.entries import EntrySpec, make_spec
 from ..scheduling.installer import Installer

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 from dramatiq.broker import MessageProxy
 
 if TYPE_CHECKING:
-    from ..core.queue import DelayedQueue
-    from ..core.session import Session
+    from ..core.queue import DelayedQueue, Session
 
 
 class BrokerPort(Protocol):

@@ -34,8 +34,8 @@ from typing import Any, NamedTuple
 
 from kombu.utils.json import dumps as kombu_dumps
 
-from ..core.errors import InvalidInput
-from ..core.timeutil import to_ms
+from ..core import InvalidInput
+from ..core.queue import to_ms
 
 __all__ = ["DEFAULT_QUEUE", "PRIORITY_SEP", "PRIORITY_STEPS", "Row", "TaskMessageEncoder",
            "decode", "encode", "eta_of", "kind_for", "kinds_for", "parse_eta", "priority_bucket",

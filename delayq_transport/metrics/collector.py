@@ -9,10 +9,8 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ..core.counts import COUNT_CAP
-from ..core.health import Health, check_health
-from ..core.queue import DelayedQueue
-from ..core.types import KindStatus
+from ..core.inspect import Health, check_health
+from ..core.queue import COUNT_CAP, DelayedQueue, KindStatus
 from ..formats.celery import queue_of_kind
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from ..core.counts import COUNT_CAP
 from ..core.db import Database
-from ..core.queue import DelayedQueue
+from ..core.queue import COUNT_CAP, DelayedQueue
 from ..core.schema import require_schema
 from .collector import DelayqCollector
 
@@ -56,7 +55,7 @@ def serve_metrics(database_url: str, *, table: str = "delayed_queue", port: int 
 
     Uses its own pool of two connections; needs SELECT on the queue tables (a DML-only worker
     role is enough) and ``pg_monitor`` to see other roles' sessions holding back cleanup.
-    Reads only: refuses (:class:`~delayq_transport.core.errors.SchemaMissing`) where the tables
+    Reads only: refuses (:class:`~delayq_transport.core.SchemaMissing`) where the tables
     are missing rather than create them.
     """
     db = Database(database_url, max_size=2)

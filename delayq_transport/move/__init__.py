@@ -4,5 +4,5 @@
 nothing), :mod:`.redis_source` and :mod:`.amqp_source` what each broker keeps where,
 :mod:`.convert` the mapping from a source message to its row (the transport's own, in
 :mod:`delayq_transport.formats.celery`), and :mod:`.cli` the command. It writes through
-``DelayedQueue.offer_once`` (core/once.py), never SQL of its own.
+``DelayedQueue.offer_once`` (core/queue/once.py), never SQL of its own.
 """

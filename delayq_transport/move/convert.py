@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import InvalidInput
-from ..core.once import OnceOffer
+from ..core import InvalidInput
+from ..core.queue import OnceOffer
 from ..formats import celery as celery_message
 
-#: Prefix of the ids ``delayq move-from`` records in the run ledger (core/once.py).
+#: Prefix of the ids ``delayq move-from`` records in the run ledger (core/queue/once.py).
 ONCE_PREFIX = "move-from/"
 #: AMQP basic properties kombu's publish carries into a virtual message's ``properties``.
 AMQP_PROPERTIES = ("correlation_id", "reply_to", "delivery_mode", "expiration", "message_id",

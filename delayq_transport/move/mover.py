@@ -40,8 +40,7 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
-from ..core.once import OnceOffer, OnceOutcome
-from ..core.queue import DelayedQueue
+from ..core.queue import DelayedQueue, OnceOffer, OnceOutcome
 from ..formats import celery as celery_message
 from .convert import NotMovable, SourceMessage, to_offer
 from .source import Batch, Leftover, MoveRefused, Source, SourceCounts

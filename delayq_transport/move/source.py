@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..core.errors import DelayqError
+from ..core import DelayqError
 from .convert import SourceMessage
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, tzinfo
 
-from ..core.timeutil import from_ms, to_ms
+from ..core.queue import from_ms, to_ms
 from .entries import EntrySpec
 from .schedules import Clocked, Interval, Window
 from .times import occurrences

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..core.errors import InvalidInput
-from ..core.timeutil import from_ms, to_ms
+from ..core import InvalidInput
+from ..core.queue import from_ms, to_ms
 from .entries import make_spec, storable_options
 from .schedules import Interval, Schedule
 

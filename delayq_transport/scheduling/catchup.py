@@ -30,10 +30,9 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta, tzinfo
 
-from ..core.errors import DelayqError
-from ..core.periodic import FirstInstall
-from ..core.queue import DelayedQueue
-from ..core.timeutil import from_ms, to_ms
+from ..core import DelayqError
+from ..core.integrations import FirstInstall
+from ..core.queue import DelayedQueue, from_ms, to_ms
 from .entries import EntrySpec
 from .plans import Delivery, Occurrence, Plan, RefreshReport, Settings
 from .store import EntryStore, InstalledEntry
@@ -108,7 +107,7 @@ class GapCatcher:
                                   schedule=plan.bounded)
         except (DelayqError, ValueError, TypeError, LookupError) as exc:
             # One entry's schedule never stops the others; its horizon still installs.
-            log.error("delayq beat: entry %r: gap not caught up: %s", spec.name, exc)
+            log.error("delayq schedule: entry %r: gap not caught up: %s", spec.name, exc)
             return None
         if not runs and not plan.times:
             return None  # ended (or its one instant is past) with nothing owed
@@ -120,11 +119,11 @@ class GapCatcher:
             min_lead_ms=self.settings.min_lead // _MS,
             now_ms=to_ms(now) if self.queue.clock is not None else None)
         if created is None:
-            log.info("delayq beat: entry %r: another scheduler caught up its gap", spec.name)
+            log.info("delayq schedule: entry %r: another scheduler caught up its gap", spec.name)
             return None
         self.caught_up[spec.name] = runs
         report.installed[spec.name] = report.installed.get(spec.name, 0) + len(created)
-        log.warning("delayq beat: entry %r had no occurrence installed after %s up to %s "
+        log.warning("delayq schedule: entry %r had no occurrence installed after %s up to %s "
                     "(no scheduler ran); misfire=%s: %d catch-up run(s)%s", spec.name,
                     gap_start.isoformat(), gap_end.isoformat(), spec.misfire, len(runs),
                     f", newest for {runs[-1].isoformat()}" if runs else "")
@@ -143,5 +142,5 @@ class GapCatcher:
             min_lead_ms=self.settings.min_lead // _MS,
             now_ms=to_ms(now) if self.queue.clock is not None else None)
         report.installed[spec.name] = report.installed.get(spec.name, 0) + len(created or ())
-        log.warning("delayq beat: one-off entry %r first seen %s after its time; misfire=%s: "
+        log.warning("delayq schedule: one-off entry %r first seen %s after its time; misfire=%s: "
                     "%d run(s)", spec.name, now - runs[-1], spec.misfire, len(created or ()))

@@ -28,11 +28,11 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ..core import DelayqError, InvalidInput, PermissionDenied, SchemaMissing
 from ..core.db import Database
-from ..core.djbeat import DjangoBeatTables, TaskRow
-from ..core.errors import DelayqError, InvalidInput, PermissionDenied, SchemaMissing
-from ..core.queue import DelayedQueue
-from ..core.timeutil import to_ms
+from ..core.integrations import DjangoBeatTables
+from ..core.integrations import DjangoBeatTask as TaskRow
+from ..core.queue import DelayedQueue, to_ms
 from .carried import Carried, Refused, interval_anchor, json_value
 from .listing import SourceFields
 from .schedules import Clocked, Crontab, Interval, Schedule, Solar, describe, schedule_to_json
@@ -197,7 +197,7 @@ def listing_fields(db: Database, queue_table: str = "delayed_queue", *,
 def record_runs(queue: DelayedQueue, delivered: Sequence[tuple[str, object]]) -> int:
     """The worker's side of admin mode: occurrences it received (their key and header) whose
     entry came from django-celery-beat's tables are written to the task's run history, each
-    once (:meth:`~delayq_transport.core.djbeat.DjangoBeatTables.record_runs`). A failure is
+    once (:meth:`~delayq_transport.core.integrations.DjangoBeatTables.record_runs`). A failure is
     logged and never stops the delivery: the task runs, its history is not written."""
     runs = []
     for key, header in delivered:

@@ -18,10 +18,9 @@ from typing import Any
 from urllib.parse import unquote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..core.cron import config_hash, validate_prefix
-from ..core.errors import InvalidInput
-from ..core.optionspec import Option, Options
-from ..core.timeutil import to_ms
+from ..core import InvalidInput
+from ..core.integrations import config_hash, validate_prefix
+from ..core.queue import Option, Options, to_ms
 from .schedules import SCHEDULE_TYPES, Interval, Schedule, fingerprint
 
 MISFIRE_POLICIES = ("coalesce", "run_all", "skip")

@@ -23,11 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, tzinfo
 from typing import Any
 
-from ..core.cron import CronMessage, CronService
-from ..core.errors import DelayqError, InvalidInput
-from ..core.queue import DelayedQueue
-from ..core.timeutil import to_ms
-from ..core.types import Offer, OfferOutcome
+from ..core import DelayqError, InvalidInput
+from ..core.integrations import CronMessage, CronService
+from ..core.queue import DelayedQueue, Offer, OfferOutcome, to_ms
 from . import bounds, misfire
 from .catchup import GapCatcher
 from .entries import EntrySpec, entry_hash, key_prefix
@@ -36,7 +34,7 @@ from .schedules import Window
 from .store import EntryStore, InstalledEntry
 from .times import next_after, occurrences
 
-log = logging.getLogger("delayq_beat")
+log = logging.getLogger(__name__)
 
 class Installer:
     """Installs the occurrences of a set of entries into one delayed_queue table."""
@@ -116,7 +114,7 @@ class Installer:
         return specs, broken
 
     def _fail(self, name: str, exc: Exception, report: RefreshReport, broken: set[str]) -> None:
-        log.error("delayq beat: entry %r skipped: %s", name, exc)
+        log.error("delayq schedule: entry %r skipped: %s", name, exc)
         report.errors[name] = str(exc)
         broken.add(name)
 
@@ -202,10 +200,10 @@ class Installer:
         name, kind = plan.spec.name, plan.route.kind
         if previous is not None and previous.kind != kind:
             moved = CronService(self.queue.with_kind(previous.kind)).uninstall(plan.prefix)
-            log.info("delayq beat: entry %r moved from kind %r to %r (%d rows removed)",
+            log.info("delayq schedule: entry %r moved from kind %r to %r (%d rows removed)",
                      name, previous.kind, kind, moved)
         if previous is not None and previous.config_hash != plan.hash:
-            log.warning("delayq beat: entry %r config hash changed %s -> %s; replacing its "
+            log.warning("delayq schedule: entry %r config hash changed %s -> %s; replacing its "
                         "future occurrences", name, previous.config_hash, plan.hash)
             report.replaced.append(name)
         service = CronService(self.queue.with_kind(kind), min_lead=self.settings.min_lead)
@@ -234,7 +232,7 @@ class Installer:
             prefix = _prefix_or_none(entry.name)
             deleted = 0 if prefix is None else CronService(
                 self.queue.with_kind(entry.kind)).uninstall(prefix)
-            log.warning("delayq beat: entry %r is gone (removed, renamed or disabled); "
+            log.warning("delayq schedule: entry %r is gone (removed, renamed or disabled); "
                         "uninstalled %d future occurrences", entry.name, deleted)
             report.uninstalled[entry.name] = deleted
             names.append(entry.name)

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ..core.cron import CronService
-from ..core.queue import DelayedQueue
-from ..core.types import StoredMessage
+from ..core.integrations import CronService
+from ..core.queue import DelayedQueue, StoredMessage
 from .entries import key_prefix
 from .schedules import describe
 from .store import EntryStore

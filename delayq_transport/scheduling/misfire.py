@@ -25,10 +25,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core import periodic
-from ..core.cron import like_escape
-from ..core.queue import DelayedQueue
-from ..core.timeutil import to_ms
+from ..core.integrations import newer_occurrence_due, sweep_misfired
+from ..core.queue import DelayedQueue, like_escape, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +59,11 @@ def sweep(queue: DelayedQueue, policies: Sequence[tuple[str, str, str, str, int]
     active = [p for p in policies if p[3] != "run_all"]
     if not active:
         return 0
-    rows = periodic.sweep_misfired(
+    rows = sweep_misfired(
         queue, [p[0] for p in active], [config_pattern(p[1], p[2]) for p in active],
         [p[3] for p in active], [int(p[4]) for p in active])
     for key, kind in rows:
-        log.warning("delayq beat: dropped misfired occurrence %s (queue kind %r)", key, kind)
+        log.warning("delayq schedule: dropped misfired occurrence %s (queue kind %r)", key, kind)
     return len(rows)
 
 
@@ -88,12 +86,12 @@ def misfired(queue: DelayedQueue, kind: str, info: object, now_ms: int | None = 
     if now - at_ms <= grace_ms:
         return False
     if info["misfire"] == "skip":
-        log.warning("delayq beat: skipping %s occurrence at %d ms (%.1f s late)",
+        log.warning("delayq schedule: skipping %s occurrence at %d ms (%.1f s late)",
                     info.get("entry"), at_ms, (now - at_ms) / 1000)
         return True
     if (next_ms is not None and next_ms <= now) or \
-            periodic.newer_occurrence_due(queue, kind, pattern, at_ms, now):
-        log.warning("delayq beat: coalescing %s occurrence at %d ms into a newer one",
+            newer_occurrence_due(queue, kind, pattern, at_ms, now):
+        log.warning("delayq schedule: coalescing %s occurrence at %d ms into a newer one",
                     info.get("entry"), at_ms)
         return True
     return False

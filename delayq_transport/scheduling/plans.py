@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Any, Protocol
 
-from ..core.cron import DEFAULT_MIN_LEAD, cron_key
-from ..core.timeutil import to_ms
+from ..core.integrations import DEFAULT_MIN_LEAD, cron_key
+from ..core.queue import to_ms
 from . import misfire
 from .entries import EntrySpec
 from .times import Timed

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from ..core.errors import InvalidInput
-from ..core.timeutil import from_ms
+from ..core import InvalidInput
+from ..core.queue import from_ms
 
 #: A crontab's fields in the order of their JSON and fingerprint, with (count, first value).
 CRON_FIELDS: dict[str, tuple[int, int]] = {

@@ -1,9 +1,9 @@
 """DB-backed scheduling state: runtime entries and the ledger of installed entries.
 
 Two small tables, shared by every queue table of a database and keyed by ``tableName`` like
-delayq's migration ledger: ``delayq_beat_entries`` (entries added with ``delayq beat add`` or
+delayq's migration ledger: ``delayq_schedule_entries`` (entries added with ``delayq beat add`` or
 :meth:`EntryStore.add`, plus enable/disable overrides of configured entries) and
-``delayq_beat_installed`` (which entries have occurrences installed, in which kind, under which
+``delayq_schedule_installed`` (which entries have occurrences installed, in which kind, under which
 config hash and up to when). The ledger is what lets a scheduler that restarts with an entry
 removed from its configuration find and uninstall that entry's rows, and what the outage
 catch-up compares and sets.
@@ -11,7 +11,7 @@ catch-up compares and sets.
 Each front end keeps its rows in a namespace of its own (Celery beat: none, Dramatiq's periodic
 actors: ``dramatiq``, stored as ``<table>#dramatiq``), because an installer uninstalls every
 ledger entry that is not in the configuration it is given. The tables and their statements
-belong to the core (:mod:`delayq_transport.core.periodic`, migration 10).
+belong to the core (:mod:`delayq_transport.core.integrations`, migrations 10 and 16).
 """
 
 from __future__ import annotations
@@ -22,19 +22,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..core import periodic
+from ..core import InvalidInput
 from ..core.db import Database
-from ..core.errors import InvalidInput
+from ..core.integrations import EntryRow, FirstInstall, InstalledRow, PeriodicStore
 from ..core.schema import ensure_schema as ensure_current_schema
 from .entries import EntrySpec, key_prefix, make_spec, storable_options
 from .schedules import schedule_from_json, schedule_to_json
 
-BEAT_MIGRATION_VERSION = 10
+#: The migration after which the engine's tables are as this release reads them: created by
+#: migration 10 (as ``delayq_beat_*``), named ``delayq_schedule_*`` by migration 16.
+SCHEDULE_MIGRATION_VERSION = 16
 
 
 @dataclass(frozen=True)
-class StoredEntry(periodic.EntryRow):
-    """A row of ``delayq_beat_entries``; ``definition`` is None for an enable/disable override."""
+class StoredEntry(EntryRow):
+    """A row of ``delayq_schedule_entries``; ``definition`` is None for an enable/disable
+    override."""
 
     def spec(self, **defaults: Any) -> EntrySpec:
         """The validated entry; raises InvalidInput naming the entry if the row is bad."""
@@ -48,7 +51,7 @@ class StoredEntry(periodic.EntryRow):
 
 
 #: A ledger row: which entry is installed in which kind, under which config hash, until when.
-InstalledEntry = periodic.InstalledRow
+InstalledEntry = InstalledRow
 
 
 class EntryStore:
@@ -58,7 +61,7 @@ class EntryStore:
     def __init__(self, db: Database, table: str = "delayed_queue", *, namespace: str = "",
                  ensure_schema: bool = True) -> None:
         self.db = db
-        self.rows = periodic.PeriodicStore(db, table, namespace=namespace)
+        self.rows = PeriodicStore(db, table, namespace=namespace)
         self.table = table
         self.namespace = namespace
         if ensure_schema:
@@ -115,15 +118,15 @@ class EntryStore:
         self.rows.forget_installed(names)
 
     def first_install(self, name: str, kind: str, config_hash: str,
-                      now_ms: int | None = None) -> periodic.FirstInstall:
+                      now_ms: int | None = None) -> FirstInstall:
         """When ``name`` was first installed under ``config_hash``, claimed once for every
-        scheduler (see :meth:`~delayq_transport.core.periodic.PeriodicStore.first_install`)."""
+        scheduler (see :meth:`~delayq_transport.core.integrations.PeriodicStore.first_install`)."""
         return self.rows.first_install(name, kind, config_hash, now_ms)
 
     def catch_up(self, row: InstalledEntry, until_ms: int, gap_end_ms: int,
                  offers: Sequence[tuple[str, bytes, datetime]], *, min_lead_ms: int,
                  now_ms: int | None = None) -> list[str] | None:
         """Claim a gap and install its runs with the new horizon, once (see
-        :meth:`~delayq_transport.core.periodic.PeriodicStore.catch_up`)."""
+        :meth:`~delayq_transport.core.integrations.PeriodicStore.catch_up`)."""
         return self.rows.catch_up(row, until_ms, gap_end_ms, offers, min_lead_ms=min_lead_ms,
                                   now_ms=now_ms)

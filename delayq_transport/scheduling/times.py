@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
 
-from ..core.errors import InvalidInput
-from ..core.timeutil import from_ms, to_ms
+from ..core import InvalidInput
+from ..core.queue import from_ms, to_ms
 from .schedules import Clocked, Crontab, Interval, Schedule, Solar, Window
 
 #: A crontab that matches nothing within this many days is treated as invalid.

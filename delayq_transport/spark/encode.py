@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..core.validate import MAX_KEY_CHARS
+from ..core.queue import MAX_KEY_CHARS
 from .rows import _NAMESPACE_BYTES, Plan, encoder
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
@@ -265,7 +265,7 @@ def _int32(n: Column) -> Column:
 
 
 def _copy_tuple(key: Column, kind: str, payload: Column, at_ms: Column) -> Column:
-    """``core.bulk.copy_record`` in SQL: 4 fields, each length-prefixed, big-endian."""
+    """``core.integrations.copy_record`` in SQL: 4 fields, each length-prefixed, big-endian."""
     key_bytes = F.encode(key, "UTF-8")
     kind_bytes = kind.encode()
     kind_field = len(kind_bytes).to_bytes(4, "big") + kind_bytes

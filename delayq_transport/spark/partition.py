@@ -1,6 +1,6 @@
 """One partition of ``schedule_tasks``: runs on the executors, inside ``mapInArrow``.
 
-The partition streams its binary COPY tuples into a :class:`~..core.bulk.BulkWriter`, builds
+The partition streams its binary COPY tuples into a :class:`~..core.integrations.BulkWriter`, builds
 the tuples of the rows the JVM could not encode with the Python encoder (:mod:`.rows`), counts
 bad rows with a sample, and yields one row of counts, which the driver adds up.
 
@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 
-from ..core.bulk import BulkWriter
-from ..core.runs import RunPart, add_fingerprints
+from ..core.integrations import BulkWriter
+from ..core.ledgers import RunPart, add_fingerprints
 from .rows import Plan, slow_record
 
 #: What every partition yields (one row), in ``mapInArrow``'s schema syntax.

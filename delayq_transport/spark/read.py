@@ -16,10 +16,9 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..core import validate_table_name
-from ..core.errors import InvalidInput
+from ..core import InvalidInput, validate_table_name
+from ..core.inspect import SCAN_PAGE_ROWS, ScannedRow, id_bounds, scan_range
 from ..core.queue import DelayedQueue
-from ..core.scan import SCAN_PAGE_ROWS, ScannedRow, id_bounds, scan_range
 from ..formats import celery as message
 
 #: Rows per keyset page when a partition reads its id range back.
@@ -50,8 +49,8 @@ def queue_dataframe(
 ) -> DataFrame:
     """The queue table as a DataFrame (``QUEUE_SCHEMA``), read by id range in parallel.
 
-    Each partition pages through its range (``core.scan``) and hands Spark Arrow batches,
-    column by column. Lazy like any DataFrame: every action reads the table again;
+    Each partition pages through its range (``core.inspect.scan_range``) and hands Spark Arrow
+    batches, column by column. Lazy like any DataFrame: every action reads the table again;
     ``cache()`` it for a consistent snapshot across several reports.
 
     Parameters:

@@ -21,10 +21,9 @@ from decimal import Decimal
 from functools import cache
 from typing import Any
 
-from ..core.bulk import copy_record
-from ..core.errors import InvalidInput
-from ..core.timeutil import to_ms
-from ..core.validate import validate_key
+from ..core import InvalidInput
+from ..core.integrations import copy_record
+from ..core.queue import to_ms, validate_key
 from ..formats import celery as message
 
 #: Namespace of the uuid5 keys and delivery tags derived from row content (never change it:
@@ -65,7 +64,7 @@ class Plan:
     chunk_size: int
     origin: str
     sample_size: int
-    #: With a run id, each partition is one part of that run (core/runs.py).
+    #: With a run id, each partition is one part of that run (core/ledgers/runs.py).
     run_id: str | None = None
     key_at: int = field(init=False)
     args_at: int = field(init=False)

@@ -1,7 +1,7 @@
 """The driver's side of run ids: applied once, even after the tasks ran (issue 29).
 
 ``schedule_tasks(..., run_id=...)`` and every micro-batch of ``schedule_stream`` (run id
-``stream/<query id>/<batch id>``) are runs of the ledger of :mod:`..core.runs`. Each Spark
+``stream/<query id>/<batch id>``) are runs of the ledger of :mod:`..core.ledgers`. Each Spark
 partition is one part, applied and recorded in its own transaction (:mod:`.partition`). Here:
 
 * before the job, the ledger is pruned (retention) and read: a run recorded whole returns at
@@ -23,10 +23,9 @@ from functools import partial
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from ..core import InvalidInput, RunMismatch
 from ..core.db import normalize_url
-from ..core.errors import InvalidInput, RunMismatch
-from ..core.queue import DelayedQueue
-from ..core.runs import (
+from ..core.ledgers import (
     DEFAULT_RETENTION_MS,
     Recorded,
     RunState,
@@ -34,7 +33,7 @@ from ..core.runs import (
     run_state,
     validate_run_id,
 )
-from ..core.timeutil import duration_ms
+from ..core.queue import DelayedQueue, duration_ms
 from .partition import FINGERPRINTS, fingerprint_partition
 from .rows import Plan
 

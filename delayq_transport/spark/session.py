@@ -16,8 +16,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from ..core import DatabaseUnavailable, DelayqError
 from ..core.db import mask_password
-from ..core.errors import DatabaseUnavailable, DelayqError
 
 #: Local-mode defaults for CLI, tests, examples and benches: no UI, few shuffle partitions,
 #: UTC so hour buckets read the same on every machine.

@@ -8,7 +8,7 @@ replay finds the batch recorded and writes nothing (``skipped``), even if its ta
 once and already ran (their rows acked and gone, so keys alone would not have stopped them:
 issue 29). A batch that died half-way is resumed part by part: each partition was applied and
 recorded in one transaction, and a recorded partition writes nothing (if it holds the same
-records; see :mod:`..core.runs`). Nothing is lost: a batch is only committed once stored.
+records; see :mod:`..core.ledgers`). Nothing is lost: a batch is only committed once stored.
 
 What must hold for that: the source replays a batch with the same rows (files, Kafka, rate),
 and a batch that died half-way is split into the same partitions when replayed (the same
@@ -28,7 +28,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from ..formats import celery as message
 from .session import check_executors
 from .write import ScheduleResult, _project, _refuse_unstable_eta, schedule_tasks

@@ -8,7 +8,7 @@ exactly; the other rows reach the partition's writer as plain values and go thro
 Python encoder of :mod:`.rows`, which builds the same bytes or the reason the row is bad (jobs
 with argument types the JVM path does not cover use that encoder as a UDF). Every partition
 streams its tuples into a TEMP staging table and merges them into the queue
-(``core.bulk.BulkWriter``: one ``INSERT ... ON CONFLICT`` per
+(``core.integrations.BulkWriter``: one ``INSERT ... ON CONFLICT`` per
 ``chunk_size`` rows; :mod:`.partition`), and returns its counts, which the driver adds up:
 only a successful task attempt's output is collected, so a retried partition is counted once.
 
@@ -46,11 +46,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..core import errors, validate_table_name
-from ..core.errors import DelayqError, InvalidInput
-from ..core.runs import RunState, record_run
-from ..core.timeutil import duration_ms, to_ms
-from ..core.validate import validate_kind
+from .. import core
+from ..core import DelayqError, InvalidInput, validate_table_name
+from ..core.ledgers import RunState, record_run
+from ..core.queue import duration_ms, to_ms, validate_kind
 from ..formats import celery as message
 from .encode import jvm_capable, jvm_records
 from .partition import COUNTS, write_partition
@@ -385,14 +384,17 @@ def _result(parts: list[Any], sample_size: int, elapsed_s: float) -> ScheduleRes
                           elapsed_s, sum(p.skipped for p in parts))
 
 
-_ERROR_LINE_RE = re.compile(r"delayq_transport\.core\.errors\.(\w+): (.+)")
+#: How a partition's traceback ends with one of delayq's errors: ``<module>.<Name>: text``.
+_ERROR_LINE_RE = re.compile(re.escape(DelayqError.__module__) + r"\.(\w+): (.+)")
 
 
 def _partition_failure(exc: Exception, run_id: str | None = None) -> DelayqError:
     """Surface the delayq error a partition raised (e.g. DatabaseUnavailable) on the driver."""
     found = _ERROR_LINE_RE.findall(str(exc))
     name, text = found[-1] if found else ("DatabaseError", str(exc).strip().splitlines()[-1])
-    cls = getattr(errors, name, errors.DatabaseError)
+    cls = getattr(core, name, None) if name in core.__all__ else None
+    if not (isinstance(cls, type) and issubclass(cls, DelayqError)):
+        cls = core.DatabaseError
     after = ("partitions already applied stay applied and recorded; re-running with the same "
              f"run_id {run_id!r} applies only the others" if run_id is not None else
              "rows already written stay; re-running the job adds none of those still waiting, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import InvalidInput, SchemaMissing
+from ..core import InvalidInput, SchemaMissing
 from ..core.queue import DelayedQueue
 from ..formats.celery import queue_of_kind
 from ..scheduling.djbeat import listing_fields

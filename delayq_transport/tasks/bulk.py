@@ -24,10 +24,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ..core.counts import kind_row_estimates
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from ..core.inspect import MAX_MS, MIN_MS, TaskRow
-from ..core.timeutil import from_ms, to_ms
+from ..core.queue import from_ms, kind_row_estimates, to_ms
 from . import decoders
 from .filters import TaskFilter, parse_duration, parse_when
 from .service import TaskService

@@ -20,10 +20,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import partitions
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from ..core.inspect import MAX_MS, Inspector, TaskRow
-from ..core.queue import DelayedQueue
+from ..core.queue import (
+    DelayedQueue,
+    dead_letters_count,
+    dead_letters_page,
+    delete_dead_letters,
+    requeue_dead_letter,
+)
 from ..formats import dramatiq as names
 from .decoders import HIDDEN
 from .service import TaskNotFound, iso
@@ -125,14 +130,14 @@ class DeadLetterService:
 
     def queues(self) -> list[dict[str, Any]]:
         """Each queue with dead letters and their count (stops at COUNT_CAP)."""
-        counts = partitions.dead_letters_count(self.queue, self.kinds(), COUNT_CAP)
+        counts = dead_letters_count(self.queue, self.kinds(), COUNT_CAP)
         return [{"queue": dead_letter_queue(k), "kind": k, "dead_letters": n,
                  "capped": n >= COUNT_CAP} for k, n in counts.items() if n]
 
     def list_page(self, queue_name: str | None = None, cursor: tuple[int, int] | None = None,
                   limit: int = 50) -> DeadLetterPage:
         """Newest first; ``next_cursor`` continues after the page."""
-        rows = partitions.dead_letters_page(self.queue, self.kinds(queue_name),
+        rows = dead_letters_page(self.queue, self.kinds(queue_name),
                                             cursor or (MAX_MS, MAX_MS), limit + 1)
         items = [self._letter(TaskRow.from_row(r)) for r in rows]
         more = len(items) > limit
@@ -162,7 +167,7 @@ class DeadLetterService:
         message["queue_name"] = letter.queue
         payload = json.dumps(message, separators=(",", ":")).encode()
         to_kind = names.kind_for(letter.queue)
-        at = partitions.requeue_dead_letter(self.queue, letter.row.id, letter.row.kind, to_kind,
+        at = requeue_dead_letter(self.queue, letter.row.id, letter.row.kind, to_kind,
                                             payload)
         if at is None:
             raise TaskNotFound(f"dead letter #{letter.row.id} was requeued or deleted meanwhile")
@@ -172,7 +177,7 @@ class DeadLetterService:
 
     def delete(self, row_id: int | str) -> dict[str, Any]:
         letter = self.find(row_id)
-        if not partitions.delete_dead_letters(self.queue, [letter.row.id], [letter.row.kind]):
+        if not delete_dead_letters(self.queue, [letter.row.id], [letter.row.kind]):
             raise TaskNotFound(f"dead letter #{letter.row.id} was requeued or deleted meanwhile")
         return {"id": letter.row.id, "action": "delete", "queue": letter.queue,
                 "detail": f"dead letter #{letter.row.id} deleted"}

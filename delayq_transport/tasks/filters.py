@@ -11,9 +11,8 @@ import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from ..core.errors import InvalidInput
-from ..core.timeutil import to_ms
-from ..core.validate import MAX_KIND_CHARS
+from ..core import InvalidInput
+from ..core.queue import MAX_KIND_CHARS, to_ms
 
 STATES = ("due", "scheduled", "in_flight", "redelivered")
 MAX_TEXT = 200

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from .decoders import HIDDEN
 
 #: Seconds a result-backend read may take before the page gives up on it.

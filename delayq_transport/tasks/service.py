@@ -21,12 +21,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..core import search
-from ..core.counts import kind_row_estimates, past_the_cap
-from ..core.errors import DelayqError, InvalidInput
-from ..core.inspect import MAX_MS, MIN_MS, Inspector, TaskRow
-from ..core.queue import DelayedQueue
-from ..core.timeutil import from_ms, to_ms
+from ..core import DelayqError, InvalidInput
+from ..core.inspect import (
+    MAX_MS,
+    MIN_MS,
+    Inspector,
+    TaskRow,
+    index_ready,
+    indexed_window,
+    may_match,
+    plain_piece,
+)
+from ..core.queue import DelayedQueue, from_ms, kind_row_estimates, past_the_cap, to_ms
 from ..formats.celery import kinds_for, queue_of_kind
 from . import decoders
 from .filters import TaskFilter
@@ -197,8 +203,8 @@ class TaskService:
             more = len(rows) > limit
             return TaskPage(self._with_payloads(page), _pos(page[-1]) if more else None,
                             len(rows), False)
-        piece = search.plain_piece(f.text) if f.text else None
-        indexed = piece is not None and f.state != "in_flight" and search.index_ready(self.queue)
+        piece = plain_piece(f.text) if f.text else None
+        indexed = piece is not None and f.state != "in_flight" and index_ready(self.queue)
         found: list[TaskRow] = []
         scanned = 0
         # A text search keeps going for about a second per request (the page asks for the next
@@ -210,14 +216,14 @@ class TaskService:
                 (row_cap is None or scanned < row_cap):
             hits = None
             if indexed and piece is not None:
-                hits = search.indexed_window(self.queue, kinds, piece=piece, after=after, lo=lo,
+                hits = indexed_window(self.queue, kinds, piece=piece, after=after, lo=lo,
                                              hi=hi, budget=SCAN_CHUNK)
                 indexed = hits is not None  # None: too common a text, the scan finds it
             rows = self._chunk(f, kinds, after, lo, hi) if hits is None else hits
             for row in rows:
                 scanned += 1
                 after = _pos(row)
-                if search.may_match(row.payload, piece) and \
+                if may_match(row.payload, piece) and \
                         self._matches(f, row, prefix, (lo, hi)):
                     found.append(row)
                     if len(found) == limit:

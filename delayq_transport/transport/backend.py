@@ -8,12 +8,10 @@ import os
 import threading
 from typing import Any
 
-from ..core.bindings import Bindings
+from ..core import ListenUndeliverable
 from ..core.db import Database
-from ..core.errors import ListenUndeliverable
-from ..core.listen import Listener
-from ..core.publish_buffer import PublishBuffer, check_linger
-from ..core.queue import DelayedQueue
+from ..core.integrations import Bindings
+from ..core.queue import DelayedQueue, Listener, PublishBuffer, check_linger
 from ..core.schema import set_unlogged
 from . import message as msg
 from .options import TRANSPORT_OPTIONS
@@ -48,7 +46,7 @@ class Backend:
                 acquire_timeout=float(opt("acquire_timeout")),
                 ensure_schema=bool(opt("ensure_schema")),
                 relaxed_consumer_commits=not opt("durable_acks"),
-                # Polls start at this consumer's low watermark (core/watermark.py); Wakeups
+                # Polls start at this consumer's low watermark (core/queue/watermark.py); Wakeups
                 # feeds it every NOTIFY and resets it when LISTEN was lost.
                 low_watermark=bool(opt("low_watermark")),
                 full_rescan_interval=float(opt("full_rescan_interval")),
@@ -84,7 +82,7 @@ class Backend:
         """A new LISTENing connection for this table's wake-ups.
 
         Raises ListenUndeliverable, once found and from then on without trying again (each
-        probe waits up to 2 s), when LISTEN cannot deliver (see core/listen.py); the consumer
+        probe waits up to 2 s), when LISTEN cannot deliver (see core/queue/listen.py); the consumer
         session then polls instead, with the low watermark off."""
         if self.listen_error is not None:
             raise self.listen_error
@@ -111,5 +109,5 @@ class Backend:
                 self._registry.pop(self._key, None)
                 if self.publisher is not None:
                     self.publisher.close()
-                self.queue.close()  # sends the wake-ups still pending (core/announce.py)
+                self.queue.close()  # sends the wake-ups still pending (core/queue/announce.py)
                 self.db.close()

@@ -3,7 +3,7 @@
 Routing and most of the AMQP surface come from kombu's virtual base; a channel implements the
 primitives (``_put``, ``_get``, ``_purge``, ``_size``, ``_new_queue``, ``_has_queue``,
 ``_delete``), fanout through the shared bindings table, and the consumer side the transport's
-transport's consumer session (core/session.py) drives: each channel is one subscription of
+transport's consumer session (core/queue/session.py) drives: each channel is one subscription of
 it, and :meth:`DelayqChannel.deliver` hands its polled rows to kombu.
 """
 
@@ -20,11 +20,8 @@ from typing import TYPE_CHECKING, Any
 from kombu.transport import virtual
 from kombu.transport.virtual.base import queue_declare_ok_t
 
-from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
-from ..core.joined import current
-from ..core.queue import DelayedQueue
-from ..core.session import Subscription
-from ..core.types import Envelope
+from ..core import DatabaseError, DatabaseUnavailable, InvalidInput
+from ..core.queue import DelayedQueue, Envelope, Subscription, current
 from . import message as msg
 from .options import (
     CONTROL_EXCHANGE,
@@ -58,7 +55,7 @@ def _beat_policy() -> tuple[Callable[..., bool], Callable[..., int]]:
 
 
 def misfired_beats(queue: DelayedQueue) -> Callable[[list[Envelope]], list[Envelope]]:
-    """The session's misfire predicate (core/session.py): beat occurrences that misfired while
+    """The session's misfire predicate (core/queue/session.py): beat occurrences that misfired while
     no worker ran follow their entry's policy, so a worker coming back before beat's next
     refresh does not run the whole backlog."""
     def misfired(envs: list[Envelope]) -> list[Envelope]:
@@ -139,7 +136,7 @@ class DelayqChannel(virtual.Channel):
         self._auto_delete: set[str] = set()
         self._rotation = 0
         self._steps = tuple(int(s) for s in self.priority_steps)
-        #: This channel's share of the transport's consumer session (core/session.py), made
+        #: This channel's share of the transport's consumer session (core/queue/session.py), made
         #: on the first consume or get. One per channel, so a busy task queue does not drag
         #: the worker's quiet control queue into every poll (that doubled the statements).
         self._sub: Subscription | None = None
@@ -217,10 +214,10 @@ class DelayqChannel(virtual.Channel):
 
     def queue_declare(self, queue: str | None = None, passive: bool = False,
                       **kwargs: Any) -> Any:
-        """Inside the caller's transaction (core/joined.py), where Celery declares a task's
+        """Inside the caller's transaction (core/queue/joined.py), where Celery declares a task's
         queue on its first publish per connection, the queue is made and bound (the binding
-        is written after the transaction: core/bindings.py) but its messages are not counted:
-        the count would take a connection of delayq's own, or read up to 100,000 index
+        is written after the transaction: core/integrations/bindings.py) but its messages are not
+        counted: the count would take a connection of delayq's own, or read up to 100,000 index
         entries inside the caller's transaction, for a number a publish does not read. Its
         declare-ok then says 0 messages; a passive declare (made to ask) counts as ever."""
         if passive or queue is None or current() is None:

@@ -26,7 +26,7 @@ import threading
 from typing import Any
 
 from ..core.inspect import MIN_MS, Inspector, TaskRow
-from ..core.timeutil import from_ms
+from ..core.queue import from_ms
 from ..formats import celery as celery_message
 from ..tasks.decoders import decode
 from .channel import DelayqChannel

@@ -41,9 +41,8 @@ from typing import Any
 import psycopg
 from kombu.transport import TRANSPORT_ALIASES, virtual
 
-from ..core.errors import DatabaseError, DatabaseUnavailable, InvalidInput
-from ..core.publish_buffer import check_linger
-from ..core.session import Session
+from ..core import DatabaseError, DatabaseUnavailable, InvalidInput
+from ..core.queue import Session, check_linger
 from .backend import Backend
 from .channel import DelayqChannel, misfired_beats
 from .options import (
@@ -63,7 +62,7 @@ class Transport(virtual.Transport):
     """kombu transport whose broker is a PostgreSQL table.
 
     The transport owns what its channels share: the :class:`~.backend.Backend` (pool, queue,
-    bindings) and the consumer :class:`~delayq_transport.core.session.Session` (LISTEN, the
+    bindings) and the consumer :class:`~delayq_transport.core.queue.Session` (LISTEN, the
     due-time timers, pacing, polls off the event loop, batched acks, leases), of which each
     consuming channel is one subscription.
     """

@@ -3,15 +3,20 @@
 :data:`TRANSPORT_OPTIONS` gives each option its default, unit and meaning; the transport reads
 its settings through it, and ``docs/reference/transport-options.md`` is rendered from it
 (``python docs/_gen/reference.py``). The consumer's internal timings are the session's
-(core/session.py), shared with Dramatiq's consumer.
+(core/queue/session.py), shared with Dramatiq's consumer.
 """
 
 from __future__ import annotations
 
-from ..core import bindings
-from ..core.optionspec import Option, Options
-from ..core.publish_buffer import DEFAULT_MAX_PENDING, DEFAULT_PUT_TIMEOUT_S, MAX_LINGER_S
-from ..core.watermark import DEFAULT_FULL_RESCAN_INTERVAL_S
+from ..core.integrations import DEFAULT_BINDING_TTL_S as BINDINGS_TTL_S
+from ..core.queue import (
+    DEFAULT_FULL_RESCAN_INTERVAL_S,
+    DEFAULT_MAX_PENDING,
+    DEFAULT_PUT_TIMEOUT_S,
+    MAX_LINGER_S,
+    Option,
+    Options,
+)
 from ..formats.celery import PRIORITY_STEPS
 
 TRANSPORT_OPTIONS = Options(
@@ -102,7 +107,7 @@ TRANSPORT_OPTIONS = Options(
            "`durable_publish=True`."),
     Option("max_message_size", 64 * 1024 * 1024, "bytes",
            "Larger messages are refused with an error naming the size.", shown="64 MiB"),
-    Option("binding_ttl", bindings.DEFAULT_BINDING_TTL_S, "seconds",
+    Option("binding_ttl", BINDINGS_TTL_S, "seconds",
            "A fanout queue whose consumer was not seen for this long gets no more broadcasts "
            "(consumers refresh their bindings every 15 s: keep it above that). Auto-delete "
            "queues unseen for 10 minutes are removed with their rows."),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ..core.session import Session
+    from ..core.queue import Session
     from .backend import Backend
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from ..core.urls import FAILOVER_SEPARATOR, mask_password, with_param
+from ..core.db import FAILOVER_SEPARATOR, mask_password, with_param
 
 DEFAULT_PORT = 5432
 

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from ..tasks import decode_cursor, encode_cursor
 from ..tasks.beat import beat_entries, set_beat_enabled
 from ..tasks.filters import page_size

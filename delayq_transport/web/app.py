@@ -19,7 +19,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..core.errors import DelayqError
+from ..core import DelayqError
 from ..core.queue import DelayedQueue
 from . import api, bulk, outcomes, pages, workers
 from .context import HERE, State, guarded, state, status_of

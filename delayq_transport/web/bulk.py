@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from ..tasks import TaskFilter, bulk
 from .context import Guard, State, render, state
 from .forms import filter_from

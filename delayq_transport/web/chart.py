@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..core.timeutil import from_ms
+from ..core.queue import from_ms
 from ..tasks import Timeline
 
 WIDTH, HEIGHT = 960, 220

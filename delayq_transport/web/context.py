@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from ..core.queue import DelayedQueue
 from ..tasks import TaskInFlight, TaskNotFound, TaskService
 from ..tasks.deadletters import DeadLetterService

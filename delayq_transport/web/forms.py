@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from ..tasks import TaskFilter, parse_duration, parse_when
 from .context import State
 

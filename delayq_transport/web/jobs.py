@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import DelayqError, InvalidInput
+from ..core import DelayqError, InvalidInput
 from ..tasks import TaskNotFound
 from ..tasks.bulk import BulkResult
 

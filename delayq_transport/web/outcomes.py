@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..core.errors import InvalidInput
+from ..core import InvalidInput
 from ..tasks import TaskNotFound, decode_cursor, encode_cursor
 from ..tasks.deadletters import DeadLetterPage
 from ..tasks.filters import page_size

@@ -1,5 +1,6 @@
 """Workers: the processes holding leases now (grouped by the worker tag that starts each lock
-id, core/leases.py), what they hold and until when, and the queues Celery workers heartbeat."""
+id, core/queue/leases.py), what they hold and until when, and the queues Celery workers
+heartbeat."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..core import leases
-from ..core.bindings import DEFAULT_BINDING_TTL_S
-from ..core.queue import DelayedQueue
+from ..core.integrations import DEFAULT_BINDING_TTL_S
+from ..core.queue import LEASES_CAP, DelayedQueue, queues_seen, workers
 from ..formats.celery import queue_of_kind
 from ..tasks.service import iso
 from .context import Guard, render, state
@@ -31,10 +31,10 @@ def queue_name(kind: str) -> str:
 
 def snapshot(queue: DelayedQueue) -> dict[str, Any]:
     """Workers from their leases, and the queues consumers declared with their heartbeat."""
-    found, capped, now = leases.workers(queue)
-    seen = leases.queues_seen(queue)
+    found, capped, now = workers(queue)
+    seen = queues_seen(queue)
     return {
-        "now": iso(now), "capped": capped, "cap": leases.LEASES_CAP,
+        "now": iso(now), "capped": capped, "cap": LEASES_CAP,
         "workers": [{
             "worker": w.tag, "rows": w.rows, "live": w.live, "lease_end": iso(w.lease_end_ms),
             "queues": sorted({queue_name(k) for k in w.kinds}),

@@ -105,7 +105,7 @@ class Runs:
         self.url = database_url
         with psycopg.connect(database_url) as conn:
             hashes = dict(conn.execute(
-                'SELECT name, "configHash" FROM delayq_beat_installed '
+                'SELECT name, "configHash" FROM delayq_schedule_installed '
                 "WHERE \"tableName\" = 'delayed_queue' AND name = ANY(%s)",
                 (list(POLICIES),)).fetchall())
         assert set(hashes) == set(POLICIES), hashes
@@ -142,7 +142,7 @@ def waiting(database_url: str) -> dict[str, list[int]]:
 
 def installed_until(database_url: str) -> dict[str, int]:
     with psycopg.connect(database_url) as conn:
-        return dict(conn.execute('SELECT name, "installedUntil" FROM delayq_beat_installed '
+        return dict(conn.execute('SELECT name, "installedUntil" FROM delayq_schedule_installed '
                                  "WHERE \"tableName\" = 'delayed_queue' AND name = ANY(%s)",
                                  (list(POLICIES),)).fetchall())
 

@@ -81,7 +81,8 @@ def occurrence_ms_of_runs(database_url: str) -> list[int]:
     """Map each executed task id back to its occurrence (task id = uuid5 of the key)."""
     with psycopg.connect(database_url) as conn:
         (hash_,), = conn.execute(
-            'SELECT "configHash" FROM delayq_beat_installed WHERE name = %s', ("tick",)).fetchall()
+            'SELECT "configHash" FROM delayq_schedule_installed WHERE name = %s',
+            ("tick",)).fetchall()
         (now_ms,), = conn.execute("SELECT (extract(epoch FROM now()) * 1000)::bigint").fetchall()
     start_s = now_ms // 1000 - 300
     by_id = {occurrence_task_id(f"tick/{hash_}/{s * 1000}"): s * 1000

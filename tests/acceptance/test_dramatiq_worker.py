@@ -311,7 +311,7 @@ class SchedulerProcess:
 
 
 def _installed_until(url: str, entry: str) -> int:
-    return _row_count(url, 'SELECT "installedUntil" FROM delayq_beat_installed '
+    return _row_count(url, 'SELECT "installedUntil" FROM delayq_schedule_installed '
                            "WHERE \"tableName\" = 'delayed_queue#dramatiq' AND name = %s", entry)
 
 

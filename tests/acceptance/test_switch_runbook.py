@@ -207,8 +207,8 @@ print(json.dumps(out))
     undo = delayq(url, "beat", "import", "--from", "django-celery-beat", "--undo")
     assert "left disabled in django-celery-beat (one-offs that ran under delayq): once" in \
         " ".join(undo.split())
-    assert one(url, "SELECT count(*) FROM delayq_beat_entries")[0] == 0
-    assert one(url, "SELECT count(*) FROM delayq_beat_installed")[0] == 0
+    assert one(url, "SELECT count(*) FROM delayq_schedule_entries")[0] == 0
+    assert one(url, "SELECT count(*) FROM delayq_schedule_installed")[0] == 0
     assert one(url, 'SELECT count(*) FROM delayed_queue WHERE "pKey" <> %s', long_id)[0] == 0
     enabled = dict(one(url, "SELECT json_object_agg(name, enabled) FROM "
                             "django_celery_beat_periodictask")[0])

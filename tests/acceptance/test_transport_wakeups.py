@@ -30,7 +30,7 @@ from conftest import BASE_URL
 from kombu.asynchronous.hub import Hub
 
 from delayq_transport import DelayedQueue
-from delayq_transport.core.queries import notify_channel
+from delayq_transport.core.db.queries import notify_channel
 from delayq_transport.transport import message as msg
 
 from .conftest import executions, wait_until

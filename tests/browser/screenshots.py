@@ -114,7 +114,7 @@ def poll_elsewhere(url: str) -> None:
 
 def outcome_shots(queue: DelayedQueue, page: object, base: str, out: Path) -> None:
     """Dead letters, one dead letter, and the workers page (leases of fill())."""
-    from delayq_transport.core.bindings import Bindings
+    from delayq_transport.core.integrations import Bindings
 
     fill_dead_letters(queue.db.url)
     bindings = Bindings(queue.db, queue.queries)

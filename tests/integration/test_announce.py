@@ -1,4 +1,4 @@
-"""Wake-ups after the commit, coalesced per window (core/announce.py)."""
+"""Wake-ups after the commit, coalesced per window (core/queue/announce.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from pathlib import Path
 import psycopg
 
 from delayq_transport import DelayedQueue, Offer
-from delayq_transport.core.announce import MAX_LISTED, marker_payload
 from delayq_transport.core.db import Database
-from delayq_transport.core.listen import Listener
-from delayq_transport.core.queries import Queries, notify_channel
-from delayq_transport.core.timeutil import due_ms
-from delayq_transport.core.watermark import LowWatermarks
+from delayq_transport.core.db.queries import Queries, notify_channel
+from delayq_transport.core.queue import Listener, due_ms
+from delayq_transport.core.queue.announce import MAX_LISTED, marker_payload
+from delayq_transport.core.queue.watermark import LowWatermarks
 
 WAIT_S = 10.0
 

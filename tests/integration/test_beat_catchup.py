@@ -15,7 +15,7 @@ from test_beat_installer import T0, Clock  # beat's tests' injected clock
 
 from delayq_beat import BeatStore, Installer, Settings, drop_misfired, make_spec
 from delayq_transport import DelayedQueue
-from delayq_transport.core.timeutil import from_ms, to_ms
+from delayq_transport.core.queue import from_ms, to_ms
 from delayq_transport.transport import message
 
 MINUTE = timedelta(minutes=1)

@@ -34,8 +34,8 @@ from delayq_beat.sources import DjangoBeatSource
 from delayq_beat.store import BeatStore
 from delayq_transport import Database, DelayedQueue
 from delayq_transport.cli import main
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.queue import to_ms
 from delayq_transport.scheduling import bounds
 from delayq_transport.scheduling.entries import EntrySpec
 from delayq_transport.scheduling.times import occurrences
@@ -151,7 +151,7 @@ def test_a_rerun_writes_nothing_and_a_change_updates_one_entry(
 
     def stamps() -> dict[str, int]:
         with psycopg.connect(database_url) as conn:
-            return dict(conn.execute('SELECT name, "updatedAt" FROM delayq_beat_entries'))
+            return dict(conn.execute('SELECT name, "updatedAt" FROM delayq_schedule_entries'))
 
     imports.apply(imports.plan(source, store), store)
     first = stamps()

@@ -17,8 +17,8 @@ from delayq_beat import BeatStore, Installer, Settings, drop_misfired, make_spec
 from delayq_beat.entries import EntrySpec
 from delayq_beat.installer import Route, default_route, occurrence_task_id
 from delayq_transport import DelayedQueue
-from delayq_transport.core.cron import parse_cron_key
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core.integrations import parse_cron_key
+from delayq_transport.core.queue import to_ms
 from delayq_transport.transport import message
 
 UTC_ZONE = ZoneInfo("UTC")
@@ -140,7 +140,7 @@ def test_config_change_replaces_future_occurrences_and_logs(
     inst = installer(base)
     inst.refresh({"e": spec("e", args=(1,))})
     old = {parse_cron_key(k)[1] for k, *_ in rows(base)}
-    with caplog.at_level(logging.WARNING, logger="delayq_beat"):
+    with caplog.at_level(logging.WARNING, logger="delayq_transport.scheduling"):
         report = inst.refresh({"e": spec("e", args=(2,))})
     new = {parse_cron_key(k)[1] for k, *_ in rows(base)}
     assert report.replaced == ["e"] and len(old) == len(new) == 1 and old != new
@@ -284,7 +284,7 @@ def test_invalid_stored_entry_is_reported_others_run(base: DelayedQueue) -> None
     store.add("fine", "tasks.tick", 60.0)
     with psycopg.connect(base.db.url, autocommit=True) as conn:
         conn.execute(
-            'INSERT INTO delayq_beat_entries ("tableName", name, definition, enabled, '
+            'INSERT INTO delayq_schedule_entries ("tableName", name, definition, enabled, '
             '"updatedAt") VALUES (%s, %s, %s::jsonb, true, 0)',
             ("delayed_queue", "bad_cron",
              '{"task": "t", "schedule": {"type": "crontab", "minute": "77"}}'))

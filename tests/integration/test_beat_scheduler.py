@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from delayq_beat import Scheduler
 from delayq_transport.cli import main
-from delayq_transport.core.timeutil import from_ms
+from delayq_transport.core.queue import from_ms
 from delayq_transport.transport import message
 
 
@@ -130,8 +130,8 @@ def _fresh_status(database_url: str) -> str:
 def test_status_without_beat_entries_does_not_import_celery(database_url: str) -> None:
     """Start-up time: the plugins (Celery, Starlette, pyspark) load only when needed."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute('DELETE FROM "delayq_beat_entries"')
-        conn.execute('DELETE FROM "delayq_beat_installed"')
+        conn.execute('DELETE FROM "delayq_schedule_entries"')
+        conn.execute('DELETE FROM "delayq_schedule_installed"')
     assert "celery loaded: False" in _fresh_status(database_url)
 
 

@@ -16,7 +16,7 @@ from test_beat_installer import T0, Clock  # beat's tests' injected clock
 
 from delayq_beat import BeatStore, Installer, Settings, make_spec
 from delayq_transport import DelayedQueue
-from delayq_transport.core.timeutil import from_ms, to_ms
+from delayq_transport.core.queue import from_ms, to_ms
 from delayq_transport.scheduling.schedules import Clocked
 from delayq_transport.transport import message
 

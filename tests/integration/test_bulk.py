@@ -1,11 +1,11 @@
-"""core/bulk.py: COPY into a staging table and one merge per flush, counted exactly."""
+"""core/integrations/bulk.py: COPY into a staging table and one merge per flush, counted exactly."""
 
 from __future__ import annotations
 
 import psycopg
 
 from delayq_transport import DelayedQueue
-from delayq_transport.core.bulk import BulkWriter, copy_record
+from delayq_transport.core.integrations import BulkWriter, copy_record
 
 
 def _records(keys: list[str], kind: str = "celery", at: int = 4_000_000_000_000,

@@ -1,4 +1,4 @@
-"""Concurrent offers of one process share one INSERT and one COMMIT (core/combine.py), and
+"""Concurrent offers of one process share one INSERT and one COMMIT (core/queue/combine.py), and
 each caller returns only after the commit that holds its row."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 from delayq_transport import DelayedQueue
-from delayq_transport.core.combine import OfferCombiner
-from delayq_transport.core.errors import DatabaseError, InvalidInput
-from delayq_transport.core.types import OfferOutcome
+from delayq_transport.core import DatabaseError, InvalidInput
+from delayq_transport.core.queue import OfferOutcome
+from delayq_transport.core.queue.combine import OfferCombiner
 
 
 class Writes:

@@ -17,8 +17,7 @@ import psycopg
 import pytest
 from dramatiq import Message
 
-from delayq_transport.core import partitions
-from delayq_transport.core.queue import DelayedQueue
+from delayq_transport.core.queue import DelayedQueue, partitions
 from delayq_transport.dramatiq.broker import DelayqBroker
 from delayq_transport.transport.backend import Backend
 
@@ -31,7 +30,7 @@ STATEMENTS = {
     "ack_many": r"^DELETE FROM \S+ AS t\s+WHERE t.\"id\" = ANY",
     "ack": r'^DELETE FROM \S+ WHERE "id" = \$1 AND "lockUuid" = \$2',
     # whatever shape the publish statement takes, or the wake-up sent after its commit on the
-    # same connection (core/announce.py)
+    # same connection (core/queue/announce.py)
     "offer": r"\bINSERT INTO\b|^SELECT set_config\('synchronous_commit', 'off', true\), pg_notify",
 }
 

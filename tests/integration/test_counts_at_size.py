@@ -28,7 +28,7 @@ NOW_MS = 4_000_000_000_000  # an injected clock: rows below are due, rows above 
 
 class Clock:
     def __call__(self) -> Any:
-        from delayq_transport.core.timeutil import from_ms
+        from delayq_transport.core.queue import from_ms
 
         return from_ms(NOW_MS)
 

@@ -16,8 +16,8 @@ from _workers import WAIT_S, FakeClock, wait_until
 from conftest import create_database, drop_database
 
 from delayq_transport import CronMessage, CronService, DailySchedule, DelayedQueue, OfferOutcome
-from delayq_transport.core.cron import cron_key, parse_cron_key
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core.integrations import cron_key, parse_cron_key
+from delayq_transport.core.queue import to_ms
 
 CREATED, UPDATED, IGNORED = OfferOutcome.CREATED, OfferOutcome.UPDATED, OfferOutcome.IGNORED
 NY = ZoneInfo("America/New_York")
@@ -62,7 +62,7 @@ def test_install_tick_replaces_other_configs(
     cron: CronService, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert cron.install_tick("h1", "job", ticks(clock, 60, 120, 180)) == [CREATED] * 3
-    with caplog.at_level(logging.INFO, logger="delayq_transport.core.cron"):
+    with caplog.at_level(logging.INFO, logger="delayq_transport.core.integrations.cron"):
         assert cron.install_tick("h2", "job", ticks(clock, 90, 150)) == [CREATED] * 2
     assert hashes(cron, "job") == {"h2": 2}
     assert "switched to config h2 (3 old rows removed)" in caplog.text

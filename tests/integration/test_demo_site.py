@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from delayq_transport import Database
 from delayq_transport.cli import main
-from delayq_transport.core.runlog import DEMO_TABLE, DemoSite, RunLog, demo_tables
+from delayq_transport.core.ledgers import DEMO_TABLE, DemoSite, RunLog, demo_tables
 
 
 def _demo(database_url: str) -> tuple[int, str]:

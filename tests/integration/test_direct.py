@@ -1,4 +1,4 @@
-"""The per-publish insert run on libpq itself (core/direct.py), against a real PostgreSQL.
+"""The per-publish insert run on libpq itself (core/db/direct.py), against a real PostgreSQL.
 
 It bypasses psycopg's cursor, so what the cursor did for free is checked here: the statement
 is prepared on each connection, prepared again when the session dropped it, errors still
@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from delayq_transport import DelayedQueue, OfferOutcome
-from delayq_transport.core.direct import DirectStatement
-from delayq_transport.core.errors import SchemaMissing
+from delayq_transport.core import SchemaMissing
+from delayq_transport.core.db.direct import DirectStatement
 
 CREATED = OfferOutcome.CREATED
 

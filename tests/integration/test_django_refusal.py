@@ -14,7 +14,7 @@ from conftest import create_database, drop_database
 from django.db import transaction
 
 from delayq_transport import DelayedQueue, TransactionRefused
-from delayq_transport.core.joined import set_implicit
+from delayq_transport.core.queue import set_implicit
 from delayq_transport.django.apps import atomic_transaction
 
 

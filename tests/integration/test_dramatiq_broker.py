@@ -9,7 +9,7 @@ import dramatiq  # noqa: E402
 import pytest
 from dramatiq.message import Message  # noqa: E402
 
-from delayq_transport.core import partitions  # noqa: E402
+from delayq_transport.core.queue import partitions  # noqa: E402
 from delayq_transport.dramatiq import DelayqBroker, decode_dramatiq  # noqa: E402
 from delayq_transport.dramatiq.names import queue_of_kind  # noqa: E402
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from test_beat_installer import Clock  # noqa: E402  (the injected clock of beat's tests)
 
-from delayq_transport.core.timeutil import from_ms, to_ms  # noqa: E402
+from delayq_transport.core.queue import from_ms, to_ms  # noqa: E402
 from delayq_transport.dramatiq import DelayqBroker  # noqa: E402
 from delayq_transport.dramatiq.ledger import DramatiqLedger  # noqa: E402
 from delayq_transport.dramatiq.periodic import (  # noqa: E402

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from delayq_transport import DelayedQueue
 from delayq_transport.cli import main
-from delayq_transport.core import health as h
+from delayq_transport.core.inspect import health as h
 from delayq_transport.metrics import METRICS, serve_metrics
 
 ROOT = Path(__file__).resolve().parents[2]

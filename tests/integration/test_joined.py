@@ -28,8 +28,8 @@ from psycopg.pq import Trace
 from sqlalchemy.orm import Session
 
 from delayq_transport import DelayedQueue, OfferOutcome, TransactionRefused, transaction
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.queries import notify_channel
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.db.queries import notify_channel
 
 #: Bytes a text-format path could mangle: NUL, quotes, backslashes, non-UTF-8.
 PAYLOAD = b"\x00'\"\\x\xff{}"

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import delayq_transport  # noqa: F401  (registers the delayq+ scheme)
 from delayq_transport import Database, transaction
 from delayq_transport.cli import main as cli
-from delayq_transport.core.urls import mask_password
+from delayq_transport.core.db import mask_password
 from delayq_transport.dramatiq import DelayqBroker
 from delayq_transport.transport.backend import Backend
 

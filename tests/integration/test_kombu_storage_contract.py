@@ -206,7 +206,7 @@ def test_acks_from_many_threads_are_all_applied(kombu_connect: Connect, stored: 
 def _publishing_pool(kombu_db: str, table: str, since: Any) -> str:
     """The pool (application_name) of the connection whose last statement inserted into
     ``table`` (or announced the insert after its commit, on the same connection:
-    core/announce.py): pools differ only in ``synchronous_commit``, so this is the durability
+    core/queue/announce.py): pools differ only in ``synchronous_commit``, so this is the durability
     used. Only sessions opened ``since`` count: a closed pool's backend of an earlier test can
     linger in pg_stat_activity for a moment after its client left."""
     with psycopg.connect(kombu_db, autocommit=True) as conn:

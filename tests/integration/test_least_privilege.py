@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from delayq_beat.store import BeatStore
 from delayq_transport import Database, DelayedQueue, migrate
 from delayq_transport.cli import main
-from delayq_transport.core.errors import ListenUndeliverable, PermissionDenied, SchemaMissing
-from delayq_transport.core.listen import Listener
-from delayq_transport.core.queries import Queries
+from delayq_transport.core import ListenUndeliverable, PermissionDenied, SchemaMissing
+from delayq_transport.core.db.queries import Queries
+from delayq_transport.core.queue import Listener
 
 
 @pytest.fixture
@@ -160,10 +160,10 @@ def test_migration_13_lets_roles_that_publish_revoke(database_url: str) -> None:
 
 @pytest.mark.parametrize("profile", ["producer", "worker"])
 def test_spark_roles_apply_record_and_prune_runs(urls: dict[str, str], profile: str) -> None:
-    """What a Spark job with a run id does as either role (core/runs.py): stage and merge a part
-    with its ledger entry in one transaction, find it applied, record the run, prune."""
-    from delayq_transport.core.bulk import BulkWriter, copy_record
-    from delayq_transport.core.runs import RunPart, prune_runs, record_run, run_state
+    """What a Spark job with a run id does as either role (core/ledgers/runs.py): stage and merge a
+    part with its ledger entry in one transaction, find it applied, record the run, prune."""
+    from delayq_transport.core.integrations import BulkWriter, copy_record
+    from delayq_transport.core.ledgers import RunPart, prune_runs, record_run, run_state
 
     records = b"".join(copy_record(f"s{i}", "celery", b"{}", 4_000_000_000_000)
                        for i in range(20))

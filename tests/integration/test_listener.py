@@ -1,4 +1,4 @@
-"""The LISTEN side of wake-ups (core/listen.py): ``drain`` reads libpq's notifications itself,
+"""The LISTEN side of wake-ups (core/queue/listen.py): ``drain`` reads libpq's notifications itself,
 so nothing psycopg took aside, nothing sent, and no broken connection may go unnoticed."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from _workers import WAIT_S
 
 from delayq_transport import DelayedQueue
-from delayq_transport.core.errors import DatabaseUnavailable
-from delayq_transport.core.listen import Listener
+from delayq_transport.core import DatabaseUnavailable
+from delayq_transport.core.queue import Listener
 
 
 def _drain_until(listener: Listener, count: int) -> list[tuple[str, int]]:

@@ -1,4 +1,4 @@
-"""offer_once (core/once.py): a message offered again after a crash of its mover is written
+"""offer_once (core/queue/once.py): a message offered again after a crash of its mover is written
 once, whether its row still waits, was consumed since, or its key holds another message."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from delayq_transport import DelayedQueue
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.once import OnceOffer, OnceOutcome
-from delayq_transport.core.timeutil import due_ms
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.queue import OnceOffer, OnceOutcome, due_ms
 
 C, R, SAME, X = (OnceOutcome.CREATED, OnceOutcome.RECORDED, OnceOutcome.IDENTICAL,
               OnceOutcome.CONFLICT)

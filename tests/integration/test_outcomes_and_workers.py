@@ -19,8 +19,8 @@ with warnings.catch_warnings():
 from dramatiq.message import Message  # noqa: E402
 
 from delayq_transport import DelayedQueue  # noqa: E402
-from delayq_transport.core import leases  # noqa: E402
-from delayq_transport.core.bindings import Bindings  # noqa: E402
+from delayq_transport.core.integrations import Bindings  # noqa: E402
+from delayq_transport.core.queue import leases  # noqa: E402
 from delayq_transport.dramatiq import DelayqBroker  # noqa: E402
 from delayq_transport.tasks import TaskNotFound  # noqa: E402
 from delayq_transport.tasks.deadletters import DeadLetterService  # noqa: E402

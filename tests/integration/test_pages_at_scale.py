@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from conftest import template_copy
 
-from delayq_transport.core.queries import Queries
+from delayq_transport.core.db.queries import Queries
 
 TABLE = "delayed_queue"
 KIND = "celery"

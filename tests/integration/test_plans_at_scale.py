@@ -22,7 +22,7 @@ from conftest import template_copy
 from test_schema import plan_nodes
 
 from delayq_transport import Database
-from delayq_transport.core.queries import Queries
+from delayq_transport.core.db.queries import Queries
 
 TABLE = "delayed_queue"
 BY_KIND = f"{TABLE}__KindPlusScheduledAtIndex"

@@ -19,8 +19,7 @@ import psycopg
 import pytest
 
 from delayq_transport import DatabaseUnavailable, DelayedQueue, InvalidInput
-from delayq_transport.core import publish_buffer
-from delayq_transport.core.publish_buffer import PublishBuffer, check_linger
+from delayq_transport.core.queue import PublishBuffer, check_linger, publish_buffer
 
 pytestmark = pytest.mark.timeout(60)
 

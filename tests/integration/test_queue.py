@@ -14,8 +14,8 @@ import pytest
 from _workers import FakeClock, wait_until
 
 from delayq_transport import Database, DelayedQueue, Offer, OfferOutcome
-from delayq_transport.core.queries import Queries
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core.db.queries import Queries
+from delayq_transport.core.queue import to_ms
 from delayq_transport.transport.message import kinds_for
 
 CREATED, UPDATED, IGNORED = OfferOutcome.CREATED, OfferOutcome.UPDATED, OfferOutcome.IGNORED

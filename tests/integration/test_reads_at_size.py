@@ -34,10 +34,10 @@ from starlette.testclient import TestClient
 
 from delayq_beat.store import BeatStore, InstalledEntry
 from delayq_transport import Database, DelayedQueue
-from delayq_transport.core import leases, partitions
-from delayq_transport.core.cron import CronService
+from delayq_transport.core.db.queries import NOT_PER_TABLE, Queries, raw_queries
 from delayq_transport.core.inspect import MAX_MS, Inspector
-from delayq_transport.core.queries import NOT_PER_TABLE, Queries, raw_queries
+from delayq_transport.core.integrations import CronService
+from delayq_transport.core.queue import leases, partitions
 from delayq_transport.metrics.collector import DelayqCollector
 from delayq_transport.tasks import TaskFilter, TaskService, bulk
 from delayq_transport.tasks.deadletters import DeadLetterService
@@ -245,7 +245,7 @@ def web_calls(now: int) -> list[str]:
 
 
 def iso_ms(ms: int) -> str:
-    from delayq_transport.core.timeutil import from_ms
+    from delayq_transport.core.queue import from_ms
 
     return from_ms(ms).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -1,7 +1,7 @@
-"""core/runs.py with core/bulk.py: a run's part is applied and recorded in one transaction, a
-part found recorded writes nothing (even after its rows were acked and deleted), a part whose
-records changed is refused, concurrent attempts of one part apply it once, and the ledger is
-pruned after its retention."""
+"""core/ledgers/runs.py with core/integrations/bulk.py: a run's part is applied and recorded in one
+transaction, a part found recorded writes nothing (even after its rows were acked and deleted), a
+part whose records changed is refused, concurrent attempts of one part apply it once, and the ledger
+is pruned after its retention."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 from delayq_transport import DelayedQueue
-from delayq_transport.core.bulk import BulkWriter, copy_record
-from delayq_transport.core.errors import RunMismatch
-from delayq_transport.core.runs import (
+from delayq_transport.core import RunMismatch
+from delayq_transport.core.integrations import BulkWriter, copy_record
+from delayq_transport.core.ledgers import (
     COMPLETE_PART,
     RunPart,
     add_fingerprints,

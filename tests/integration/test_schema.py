@@ -18,8 +18,13 @@ from sqlalchemy import MetaData, Table, create_engine, inspect
 from sqlalchemy.dialects import postgresql
 
 from delayq_transport import Database, DelayedQueue, Offer, migrate
-from delayq_transport.core.queries import Queries, notify_channel
-from delayq_transport.core.schema import MIGRATIONS, current_version, queue_table, runs_table
+from delayq_transport.core.db.queries import Queries, notify_channel
+from delayq_transport.core.schema.migrations import (
+    MIGRATIONS,
+    current_version,
+    queue_table,
+    runs_table,
+)
 
 
 @pytest.fixture
@@ -364,7 +369,7 @@ def raw_insert(conn: psycopg.Connection[Any], table: str, key: str, kind: str, a
 
 
 def test_every_insert_path_notifies_once(database_url: str) -> None:
-    """offer() and offer_batch() are announced after their commit (core/announce.py) and the
+    """offer() and offer_batch() are announced after their commit (core/queue/announce.py) and the
     insert trigger skips their statements (migration 5); every other insert still notifies
     through the trigger: raw SQL, COPY, and a raw INSERT later in the same transaction as an
     offer's statement (whose own wake-up is the announcer's, not the statement's)."""
@@ -407,7 +412,7 @@ def test_migration_5_upgrades_a_live_table(empty_db: str, monkeypatch: pytest.Mo
     `delayq migrate` installs the skipping trigger; publishes keep notifying exactly once."""
     old = [m for m in MIGRATIONS if m.version < 5]
     with Database(empty_db, max_size=1) as db:
-        monkeypatch.setattr("delayq_transport.core.schema.MIGRATIONS", old)
+        monkeypatch.setattr("delayq_transport.core.schema.migrations.MIGRATIONS", old)
         assert migrate(db, "delayed_queue") == [m.version for m in old]
         with DelayedQueue(db, kind="test", ensure_schema=False) as dq:
             dq.offer("before", b"x", None)  # the new statement on the old trigger
@@ -420,6 +425,53 @@ def test_migration_5_upgrades_a_live_table(empty_db: str, monkeypatch: pytest.Mo
             dq.with_kind("sentinel").offer("s", b"")
             assert listener.until("sentinel") == [f"test:{dq.get('after').scheduled_at_ms}"]
         listener.conn.close()
+
+
+def _schedule_relations(url: str) -> dict[str, list[str]]:
+    """The scheduling tables of every name, with their primary key's index, and their rows."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT c.relname::text FROM pg_class AS c WHERE c.relkind = 'r' AND c.relname "
+            "IN ('delayq_beat_entries', 'delayq_beat_installed', 'delayq_schedule_entries', "
+            "'delayq_schedule_installed') ORDER BY 1").fetchall()]
+        out = {}
+        for table in tables:
+            keys = conn.execute("SELECT i.indexrelid::regclass::text FROM pg_index AS i "
+                                "WHERE i.indrelid = %s::regclass", (table,)).fetchall()
+            rows = conn.execute(f'SELECT "tableName" || \'/\' || "name" FROM "{table}" '
+                                "ORDER BY 1").fetchall()
+            out[table] = [k for (k,) in keys] + [r for (r,) in rows]
+        return out
+
+
+def test_migration_16_renames_the_schedule_tables_with_their_rows(
+        empty_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database at version 14 keeps its scheduling entries and ledger under the new names;
+    a queue table migrated from nothing afterwards (whose migration 10 makes the old tables
+    again) ends with the same two tables, nothing under the old names, no row lost."""
+    from delayq_transport.core.integrations import PeriodicStore
+
+    old = [m for m in MIGRATIONS if m.version < 16]
+    with Database(empty_db, max_size=1) as db:
+        monkeypatch.setattr("delayq_transport.core.schema.migrations.MIGRATIONS", old)
+        migrate(db, "delayed_queue")
+        with psycopg.connect(empty_db, autocommit=True) as conn:
+            conn.execute('INSERT INTO "delayq_beat_entries" VALUES '
+                         "('delayed_queue', 'digest', NULL, false, 1)")
+            conn.execute('INSERT INTO "delayq_beat_installed" VALUES '
+                         "('delayed_queue', 'tick', 'celery', 'h', 2, 1, 1)")
+        monkeypatch.undo()
+        assert migrate(db, "delayed_queue") == [16]
+        renamed = {"delayq_schedule_entries": ["delayq_schedule_entries_pkey",
+                                               "delayed_queue/digest"],
+                   "delayq_schedule_installed": ["delayq_schedule_installed_pkey",
+                                                 "delayed_queue/tick"]}
+        assert _schedule_relations(empty_db) == renamed
+        assert migrate(db, "q_two") == [m.version for m in MIGRATIONS]
+        assert _schedule_relations(empty_db) == renamed
+        store = PeriodicStore(db, "delayed_queue")
+        assert [r.name for r in store.entries()] == ["digest"]
+        assert [r.name for r in store.installed()] == ["tick"]
 
 
 def test_offer_statement_does_not_call_the_trigger(database_url: str) -> None:

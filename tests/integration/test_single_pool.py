@@ -33,7 +33,7 @@ def test_relaxed_statements_see_the_relaxed_pools_settings(database_url: str) ->
 def test_a_publisher_holds_one_connection(database_url: str) -> None:
     with Database(database_url, min_size=0, max_size=4, single_pool=True) as db:
         queue = DelayedQueue(db, kind="k", relaxed_consumer_commits=True)
-        # Wake-ups go out on the publishing connection (core/announce.py); only a trailing one
+        # Wake-ups go out on the publishing connection (core/queue/announce.py); only a trailing one
         # with nobody publishing uses an idle pooled connection, at the window's end: not here.
         queue.announcer.window_s = 60.0
         for i in range(20):

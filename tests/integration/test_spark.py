@@ -23,7 +23,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from delayq_transport import DelayedQueue  # noqa: E402
-from delayq_transport.core.errors import DatabaseUnavailable, InvalidInput  # noqa: E402
+from delayq_transport.core import DatabaseUnavailable, InvalidInput  # noqa: E402
 from delayq_transport.spark import (  # noqa: E402
     PastEta,
     _partition_failure,
@@ -252,7 +252,7 @@ def test_bad_options_rejected_on_driver(spark, database_url, options, problem):
 
 
 def test_partition_failure_surfaces_the_delayq_error():
-    raised = RuntimeError("Traceback ...\ndelayq_transport.core.errors.DatabaseUnavailable: "
+    raised = RuntimeError("Traceback ...\ndelayq_transport.core.db.errors.DatabaseUnavailable: "
                           "database postgresql://x unreachable: connection refused\n")
     err = _partition_failure(raised)
     assert isinstance(err, DatabaseUnavailable) and "connection refused" in str(err)

@@ -11,7 +11,7 @@ import pytest
 from _spark_env import worker_env
 from pyspark.sql import functions as F  # noqa: E402
 
-from delayq_transport.core.errors import DatabaseUnavailable  # noqa: E402
+from delayq_transport.core import DatabaseUnavailable  # noqa: E402
 from delayq_transport.spark import (  # noqa: E402
     ExecutorEnvironmentError,
     UnstableEta,

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from delayq_transport import DelayedQueue  # noqa: E402
-from delayq_transport.core.errors import DatabaseError, InvalidInput, RunMismatch  # noqa: E402
+from delayq_transport.core import DatabaseError, InvalidInput, RunMismatch  # noqa: E402
 from delayq_transport.spark import schedule_tasks  # noqa: E402
 
 pytestmark = pytest.mark.slow

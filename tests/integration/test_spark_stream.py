@@ -11,7 +11,7 @@ import psycopg
 import pyspark  # noqa: F401  (the dev extra installs it: missing, collection fails here)
 import pytest
 
-from delayq_transport.core.errors import InvalidInput  # noqa: E402
+from delayq_transport.core import InvalidInput  # noqa: E402
 from delayq_transport.spark import schedule_stream  # noqa: E402
 
 pytestmark = pytest.mark.slow

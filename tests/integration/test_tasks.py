@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from delayq_transport import DelayedQueue
 from delayq_transport.cli import main
-from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core import InvalidInput
 from delayq_transport.tasks import (
     DecodedMessage,
     Decoder,

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 
 from delayq_transport import Database, DelayedQueue
 from delayq_transport.cli import main
-from delayq_transport.core import search
-from delayq_transport.core.errors import DatabaseError
-from delayq_transport.core.runlog import DEMO_TABLE, DemoSite, demo_tables
-from delayq_transport.core.uninstall import UninstallRefused, plan_uninstall, uninstall
+from delayq_transport.core import DatabaseError
+from delayq_transport.core.inspect import search
+from delayq_transport.core.ledgers import DEMO_TABLE, DemoSite, demo_tables
+from delayq_transport.core.schema import UninstallRefused, plan_uninstall, uninstall
 
 USER_DDL = (
     "CREATE TABLE orders (id int PRIMARY KEY, note text)",

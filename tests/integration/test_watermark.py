@@ -1,4 +1,4 @@
-"""The consumer's low watermark (core/watermark.py): the poll starts above the rows it already
+"""The consumer's low watermark (core/queue/watermark.py): the poll starts above the rows it already
 took, and every way a live due row can end up below that floor brings it back: a NOTIFY, this
 process's own writes, the probe below the floor (in its own thread), a reset, a clock stepped
 back."""
@@ -13,8 +13,8 @@ import pytest
 from _workers import WAIT_S
 
 from delayq_transport import DelayedQueue, Envelope
-from delayq_transport.core.queries import Queries
-from delayq_transport.core.watermark import LowWatermarks, next_search_interval
+from delayq_transport.core.db.queries import Queries
+from delayq_transport.core.queue.watermark import LowWatermarks, next_search_interval
 
 RESCAN_S = 3600.0
 
@@ -388,7 +388,7 @@ def test_a_poll_running_while_the_probe_reads_the_floors_bounds_the_next_probe(
 def test_every_tenth_probe_and_a_reset_start_from_the_bottom(ticker: Ticker) -> None:
     """The net for rows written without a NOTIFY (triggers disabled, a consumer that does not
     listen): now and then, and after a reset, the probe walks from the bottom."""
-    from delayq_transport.core.watermark import FULL_PROBE_EVERY
+    from delayq_transport.core.queue.watermark import FULL_PROBE_EVERY
 
     marks = LowWatermarks(RecordingProbe(), RESCAN_S, monotonic=ticker)
     marks.finish(marks.begin(["k"]), {}, 10, 0, 1_000)

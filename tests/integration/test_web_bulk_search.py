@@ -20,7 +20,7 @@ with warnings.catch_warnings():
 
 from delayq_transport import DelayedQueue
 from delayq_transport.cli import main
-from delayq_transport.core import search
+from delayq_transport.core.inspect import search
 from delayq_transport.tasks import TaskFilter, TaskService, bulk
 from delayq_transport.tasks.rates import RateWindows
 from delayq_transport.transport.message import decode, encode, task_message

@@ -80,7 +80,7 @@ MUTATIONS: list[Mutation] = [
         ["tests/integration/test_tasks.py::test_cli_list_show_cancel_reschedule"],
         "`delayq tasks reschedule --in 2h` moves the task to now"),
     Mutation(
-        "status-scheduled-always-zero", "5", "delayq_transport/core/counts.py",
+        "status-scheduled-always-zero", "5", "delayq_transport/core/queue/counts.py",
         "    return KindStatus(kind, int(due), int(scheduled), int(in_flight),",
         "    return KindStatus(kind, int(due), 0, int(in_flight),",
         ["tests/acceptance/test_demo_and_example.py::test_example_project_url_swap"],
@@ -92,7 +92,7 @@ MUTATIONS: list[Mutation] = [
         ["tests/integration/test_spark.py::test_spark_report_cli"],
         "`delayq spark-report` counts rows not yet due as overdue (and due ones not)"),
     Mutation(
-        "held-row-not-in-flight", "5", "delayq_transport/core/inspect.py",
+        "held-row-not-in-flight", "5", "delayq_transport/core/inspect/inspector.py",
         "        return self.lock is not None and self.scheduled_at_ms > self.now_ms",
         "        return False",
         ["tests/browser/test_outcomes_pages.py::test_workers_retries_and_outcomes"],
@@ -105,7 +105,7 @@ MUTATIONS: list[Mutation] = [
         "a Dramatiq consumer hands the messages of one poll to the worker last first "
         "(Dramatiq's in-order test, tolerated as a timing failure before, could not tell)"),
     Mutation(
-        "inspection-without-plan-guard", "10", "delayq_transport/core/counts.py",
+        "inspection-without-plan-guard", "10", "delayq_transport/core/queue/counts.py",
         '            cursor_of(conn).execute(q["count_plan_guard"])\n'
         '            return cursor_of(conn).execute(q[name], params).fetchall()',
         '            return cursor_of(conn).execute(q[name], params).fetchall()',
@@ -121,7 +121,7 @@ MUTATIONS: list[Mutation] = [
          "test_every_web_page_and_api_call_reads_on_an_index"],
         "the beat page lists an entry's occurrences by walking its queue kind in time order"),
     Mutation(
-        "poll-walks-past-now", "7", "delayq_transport/core/queries.sql",
+        "poll-walks-past-now", "7", "delayq_transport/core/queue/queue.sql",
         '        WHERE ("pKind", "scheduledAt") >= (k.kind, k.low)\n'
         '          AND "pKind" = k.kind AND "scheduledAt" <= n.now\n'
         '        ORDER BY "pKind", "scheduledAt"\n'

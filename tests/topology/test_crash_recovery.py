@@ -20,9 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from delayq_transport.core import partitions
-from delayq_transport.core.queue import DelayedQueue
-from delayq_transport.core.types import StoredMessage
+from delayq_transport.core.queue import DelayedQueue, StoredMessage, partitions
 
 from .clusters import Cluster, wait_for
 

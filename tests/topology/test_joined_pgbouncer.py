@@ -19,7 +19,7 @@ from conftest import BASE_URL, create_database, drop_database
 
 import delayq_transport  # noqa: F401  (registers the delayq+ scheme)
 from delayq_transport import DelayedQueue, TransactionRefused, transaction
-from delayq_transport.core.queries import notify_channel
+from delayq_transport.core.db.queries import notify_channel
 from delayq_transport.transport.backend import Backend
 
 from .pgbouncer import PgBouncer

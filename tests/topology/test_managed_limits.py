@@ -22,9 +22,9 @@ import psycopg
 import pytest
 
 from delayq_transport import Database, DelayedQueue, migrate
-from delayq_transport.core.bulk import BulkWriter, copy_record
-from delayq_transport.core.errors import ServerTimeout
-from delayq_transport.core.schema import MIGRATIONS, MIGRATIONS_TABLE, _lock_key
+from delayq_transport.core import ServerTimeout
+from delayq_transport.core.integrations import BulkWriter, copy_record
+from delayq_transport.core.schema.migrations import MIGRATIONS, MIGRATIONS_TABLE, _lock_key
 
 from .clusters import wait_for
 from .services import Service, executions, process_env, worker_args

@@ -24,10 +24,10 @@ import pytest
 from conftest import BASE_URL, template_copy
 
 from delayq_transport import Database, DelayedQueue
-from delayq_transport.core.db import cursor_of
-from delayq_transport.core.errors import ListenUndeliverable
-from delayq_transport.core.listen import Listener
-from delayq_transport.core.queries import Queries, notify_channel
+from delayq_transport.core import ListenUndeliverable
+from delayq_transport.core.db.database import cursor_of
+from delayq_transport.core.db.queries import Queries, notify_channel
+from delayq_transport.core.queue import Listener
 
 from .pgbouncer import PgBouncer
 

@@ -19,7 +19,7 @@ from delayq_beat.entries import (
     schedule_from_json,
     schedule_to_json,
 )
-from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core import InvalidInput
 
 NY = ZoneInfo("America/New_York")
 

@@ -23,7 +23,7 @@ from django_celery_beat.models import (
 )
 
 from delayq_beat.entries import make_spec
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core.queue import to_ms
 from delayq_transport.scheduling import bounds
 from delayq_transport.scheduling.entries import EntrySpec
 from delayq_transport.scheduling.times import occurrences

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core import InvalidInput
 from delayq_transport.django import broker_url, database_url
 
 ENGINE = "django.db.backends.postgresql"

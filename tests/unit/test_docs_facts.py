@@ -161,7 +161,7 @@ def test_move_from_schemes_on_the_page_are_the_accepted_ones() -> None:
 
 
 def test_the_root_package_exports_every_core_exception() -> None:
-    from delayq_transport.core import errors
+    from delayq_transport.core.db import errors
 
     defined = {n for n, v in vars(errors).items()
                if isinstance(v, type) and issubclass(v, BaseException)
@@ -177,7 +177,7 @@ def test_every_markdown_file_cited_is_in_the_repository() -> None:
     repository (the design notes it once cited lived elsewhere: docs/explanation/design.md)."""
     ours = {p.name for p in ROOT.rglob("*.md") if ".git" not in p.parts}
     cited = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*([\w-]+\.md)\b")
-    scanned = [*PAGES, *SOURCES, ROOT / "delayq_transport/core/queries.sql",
+    scanned = [*PAGES, *SOURCES, *(ROOT / "delayq_transport/core").rglob("*.sql"),
                *(p for p in (ROOT / "tests").rglob("*.py") if not p.name.startswith("test_docs")),
                *(ROOT / "bench").rglob("*.py"), *(ROOT / "scripts").iterdir()]
     missing = sorted({f"{path.relative_to(ROOT)}: {name}" for path in scanned if path.is_file()
@@ -191,8 +191,8 @@ def test_every_markdown_file_cited_is_in_the_repository() -> None:
 
 def test_quoted_counts_are_the_codes() -> None:
     """The wake-up's listing limits the pages quote (1,000 due times, 100,000 kept)."""
-    from delayq_transport.core.announce import MAX_LISTED
-    from delayq_transport.core.watermark import MAX_ANNOUNCED
+    from delayq_transport.core.queue.announce import MAX_LISTED
+    from delayq_transport.core.queue.watermark import MAX_ANNOUNCED
     for page in ("docs/explanation/wakeups.md", "docs/explanation/time.md",
                  "docs/explanation/design.md"):
         assert f"{MAX_LISTED:,}" in (ROOT / page).read_text(), page
@@ -203,15 +203,15 @@ def test_quoted_counts_are_the_codes() -> None:
 
 @pytest.mark.parametrize("page,sentence,value", [
     ("docs/explanation/delivery.md", r"by the Dramatiq broker every (\d+) ms",
-     "delayq_transport.core.session:ACK_FLUSH_INTERVAL_S"),
+     "delayq_transport.core.queue.session:ACK_FLUSH_INTERVAL_S"),
     ("docs/explanation/time.md", r"wake-ups share one notifying commit per (\d+) ms",
-     "delayq_transport.core.announce:DEFAULT_WINDOW_S"),
+     "delayq_transport.core.queue.announce:DEFAULT_WINDOW_S"),
     ("docs/explanation/design.md", r"wake-ups share one notifying commit per (\d+) ms",
-     "delayq_transport.core.announce:DEFAULT_WINDOW_S"),
+     "delayq_transport.core.queue.announce:DEFAULT_WINDOW_S"),
     ("docs/explanation/wakeups.md", r"at most one commit per\s+(\d+) ms window",
-     "delayq_transport.core.announce:DEFAULT_WINDOW_S"),
+     "delayq_transport.core.queue.announce:DEFAULT_WINDOW_S"),
     ("docs/how-to/transactions.md", r"carry a notification at most once per\s+(\d+) ms",
-     "delayq_transport.core.announce:DEFAULT_WINDOW_S"),
+     "delayq_transport.core.queue.announce:DEFAULT_WINDOW_S"),
 ])
 def test_quoted_intervals_are_the_codes(page: str, sentence: str, value: str) -> None:
     match = re.search(sentence, (ROOT / page).read_text())

@@ -1,7 +1,8 @@
 """The package layout's rules, checked on the source: the core imports no adapter, adapters
-contain no SQL (they call the core), every package imports only the layers below it (no adapter
-imports another; the scheduling engine knows neither Celery nor Dramatiq), and no import circle
-anywhere. Plus every public import path users type.
+contain no SQL (they call the core) and import only the core's published names, every package
+imports only the layers below it (no adapter imports another; the scheduling engine knows
+neither Celery nor Dramatiq, nor Celery beat's names), the core's parts stand on one another in
+one order, and no import circle anywhere. Plus every public import path users type.
 
 Read as text and ASTs (nothing is imported for the rules), so a violation fails here with
 the file and line, before any behaviour test notices.
@@ -31,7 +32,8 @@ _SQL_SHAPE = (
     r"\b(SELECT\s.+\sFROM|INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX|"
     r"ROLE|FUNCTION|TRIGGER)|ALTER\s+(TABLE|ROLE)|DROP\s+(TABLE|INDEX)|TRUNCATE\s+\S|"
     r"GRANT\s+\S+.+\sON\s|COPY\s+\S+\s+(FROM|TO)\s)")
-#: In capitals, as every statement of queries.sql writes them, a shape is SQL by itself.
+#: In capitals, as every statement of the core's .sql files writes them, a shape is SQL by
+#: itself.
 SQL_CAPITALS_RE = re.compile(_SQL_SHAPE, re.DOTALL)
 #: In any case, a shape is SQL when the text also holds what only SQL writes: a placeholder,
 #: a quoted identifier, ``*``, ``=``, ``;``, ``VALUES (``, ``RETURNING`` or ``LIMIT n``; prose
@@ -48,7 +50,7 @@ def looks_like_sql(text: str) -> bool:
 
 
 #: Ways into the database below the core's API.
-FORBIDDEN_IMPORTS = ("psycopg.sql", "sqlalchemy", "delayq_transport.core.queries")
+FORBIDDEN_IMPORTS = ("psycopg.sql", "sqlalchemy", "delayq_transport.core.db.queries")
 FORBIDDEN_CALLS = re.compile(r"\.(queries|q)\[|\bQueries\(|\.db\.(execute|fetchall|fetchone|run)\(")
 #: Methods that send a statement (DB-API, psycopg, libpq): never given a string an adapter
 #: built (an f-string, a concatenation, ``%`` or ``.format``/``.join``, or a name bound to one).
@@ -358,11 +360,15 @@ def _imports_as(path: Path, module: str) -> list[tuple[int, str]]:
     return out
 
 
-def test_every_sql_statement_lives_in_the_one_file() -> None:
-    """No second .sql file, and the core's Python modules hold no statement text either
-    (DDL comes from SQLAlchemy Core, statements from queries.sql)."""
-    assert [p.relative_to(ROOT).as_posix() for p in PKG.rglob("*.sql")] == [
-        "delayq_transport/core/queries.sql"]
+def test_every_sql_statement_lives_in_the_parts_sql_files() -> None:
+    """SQL files only inside the core's parts, none elsewhere, and the core's Python modules hold
+    no statement text either (DDL comes from SQLAlchemy Core, statements from the .sql files)."""
+    sql_files = [p.relative_to(CORE).as_posix() for p in PKG.rglob("*.sql")
+                 if p.is_relative_to(CORE)]
+    assert sorted(p.relative_to(ROOT).as_posix() for p in PKG.rglob("*.sql")) == \
+        sorted(f"delayq_transport/core/{f}" for f in sql_files)
+    assert {f.split("/")[0] for f in sql_files if "/" in f} == set(CORE_PARTS)
+    assert [f for f in sql_files if "/" not in f] == [], "a .sql file outside the parts"
     bad = []
     for f in _py_files(CORE):
         tree = ast.parse(f.read_text(), str(f))
@@ -370,6 +376,114 @@ def test_every_sql_statement_lives_in_the_one_file() -> None:
                 if isinstance(n, ast.Constant) and isinstance(n.value, str)
                 and looks_like_sql(n.value) and not _is_docstring(tree, n)]
     assert bad == [], bad
+
+
+# -- the core's parts and what they publish ------------------------------------------------
+
+#: The core's parts, from the bottom: each imports only the parts before it at a lower level
+#: (inspect and ledgers sit side by side and import neither each other).
+CORE_PARTS: dict[str, int] = {"db": 0, "schema": 1, "queue": 2, "inspect": 3, "ledgers": 3,
+                              "integrations": 4}
+
+
+def _core_part(module: str) -> str | None:
+    """``delayq_transport.core.queue.session`` -> ``queue``; the core package itself: None."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["delayq_transport", "core"] else None
+
+
+def _published(package_init: Path) -> set[str]:
+    """The ``__all__`` of a package, read from its source."""
+    for node in ast.parse(package_init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def test_the_core_is_its_parts_each_on_the_ones_below() -> None:
+    assert sorted(p.name for p in CORE.iterdir() if p.is_dir() and p.name != "__pycache__") \
+        == sorted(CORE_PARTS)
+    assert [p.name for p in CORE.glob("*.py")] == ["__init__.py"], "a module outside the parts"
+    modules = {m: p for m, p in _our_modules().items() if _core_part(m)}
+    bad = [f"{_where(modules[m])}:{line} ({_core_part(m)}) imports {target}"
+           for m, edges in _import_graph(modules).items() for target, line in edges.items()
+           if _core_part(target) != _core_part(m)
+           and CORE_PARTS[str(_core_part(target))] >= CORE_PARTS[str(_core_part(m))]]
+    assert bad == [], "a part imports one at its level or above (see CORE_PARTS):\n" + \
+        "\n".join(bad)
+
+
+def published_api_violations(path: Path, module: str) -> list[str]:
+    """Imports of the core in ``path`` (as ``module``) that reach past its published names:
+    a module inside a part, or a name not in the ``__all__`` of the core or of a part."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    allowed = {"delayq_transport.core": _published(CORE / "__init__.py")}
+    allowed |= {f"delayq_transport.core.{p}": _published(CORE / p / "__init__.py")
+                for p in CORE_PARTS}
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            bad += [f"{node.lineno}: import {a.name}" for a in node.names
+                    if a.name.startswith("delayq_transport.core.") and a.name not in allowed]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            if base == "delayq_transport":
+                names = {a.name for a in node.names}
+                if "core" in names:
+                    continue  # the core package itself: its attributes are what it publishes
+            if not (base == "delayq_transport.core" or base.startswith("delayq_transport.core.")):
+                continue
+            if base not in allowed:
+                bad.append(f"{node.lineno}: from {base} import ... (a module inside a part)")
+                continue
+            bad += [f"{node.lineno}: {a.name} is not in {base}.__all__" for a in node.names
+                    if a.name not in allowed[base]]
+    return bad
+
+
+def test_adapters_import_only_the_cores_published_names() -> None:
+    """Adapters see the core through ``delayq_transport.core`` and each part's ``__all__``:
+    what a part keeps inside its modules can change without an adapter noticing."""
+    bad = [f"{f.relative_to(ROOT)}:{v}" for f in _adapter_files()
+           for v in published_api_violations(f, _module_of(f))]
+    assert bad == [], "import the core's published API (add the name to the part's " \
+                      "__all__ if an adapter needs it):\n" + "\n".join(bad)
+
+
+def test_the_published_api_rule_catches_a_private_import(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("from ..core.queue.session import Session\n"
+                 "from ..core.queue import Session, SKEW_RETRY_S\n"
+                 "from delayq_transport.core import DelayedQueue, announce\n"
+                 "import delayq_transport.core.queue.leases\n"
+                 "from ..core import queue\n")
+    found = published_api_violations(f, "delayq_transport.transport.m")
+    assert [v.split(":")[0] for v in found] == ["1", "2", "3", "4", "5"], found
+
+
+def test_the_scheduling_engine_carries_no_celery_beat_names() -> None:
+    """The engine serves Celery beat and Dramatiq's periodic actors alike: its loggers are its
+    own modules', and no constant or table of it is named after Celery beat."""
+    bad = []
+    for f in _py_files(PKG / "scheduling"):
+        tree = ast.parse(f.read_text(), str(f))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "getLogger" \
+                    and not (node.args and isinstance(node.args[0], ast.Name)
+                             and node.args[0].id == "__name__"):
+                bad.append(f"{f.name}:{node.lineno} a logger not named after its module")
+            if isinstance(node, (ast.Name, ast.FunctionDef, ast.ClassDef)) and "BEAT" in \
+                    getattr(node, "id", getattr(node, "name", "")):
+                bad.append(f"{f.name}:{node.lineno} {getattr(node, 'id', '')}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and re.search(r"delayq_beat_(entries|installed)|^delayq beat:", node.value):
+                bad.append(f"{f.name}:{node.lineno} {node.value[:60]!r}")
+    assert bad == [], "\n".join(bad)
 
 
 PUBLIC = [

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core import InvalidInput
 from delayq_transport.transport import message as m
 
 

@@ -11,7 +11,7 @@ import pytest
 from celery.schedules import crontab, crontab_parser, schedule, solar
 
 from delayq_beat.entries import make_spec
-from delayq_transport.core.errors import InvalidInput
+from delayq_transport.core import InvalidInput
 from delayq_transport.scheduling.entries import EntrySpec, entry_hash
 from delayq_transport.scheduling.schedules import CRON_FIELDS, expand_field
 from delayq_transport.scheduling.store import StoredEntry

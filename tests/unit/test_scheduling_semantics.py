@@ -10,8 +10,8 @@ import pytest
 from celery.schedules import crontab
 
 from delayq_beat.entries import make_spec as celery_spec
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.timeutil import to_ms
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.queue import to_ms
 from delayq_transport.scheduling import bounds
 from delayq_transport.scheduling.entries import entry_hash, make_spec, storable_options
 from delayq_transport.scheduling.schedules import (

@@ -1,5 +1,5 @@
-"""The consumer session's own logic (core/session.py) without PostgreSQL: pacing, the leases it
-holds, ack batching, the misfire drop, wake-ups and its stop, against an in-memory queue.
+"""The consumer session's own logic (core/queue/session.py) without PostgreSQL: pacing, the leases
+it holds, ack batching, the misfire drop, wake-ups and its stop, against an in-memory queue.
 
 :class:`MemoryQueue` implements the few queue methods the session calls (a stand-in the issue
 asks for: the session's decisions are tested here, the statements in the integration and
@@ -19,16 +19,15 @@ from typing import Any
 
 import pytest
 
-from delayq_transport.core.announce import MARKER_PREFIX
-from delayq_transport.core.errors import DatabaseUnavailable, ListenUndeliverable
-from delayq_transport.core.listen import Listener
-from delayq_transport.core.session import (
+from delayq_transport.core import DatabaseUnavailable, ListenUndeliverable
+from delayq_transport.core.queue import Envelope, Listener
+from delayq_transport.core.queue.announce import MARKER_PREFIX
+from delayq_transport.core.queue.session import (
     SKEW_RETRY_S,
     Session,
     Subscription,
     refill,
 )
-from delayq_transport.core.types import Envelope
 
 #: Bounded waits on events; a test that gets there has failed.
 EVENT_WAIT_S = 5.0

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.inspect import TableStats
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.inspect.inspector import TableStats
 from delayq_transport.tasks import TaskFilter, Timeline, decode_cursor, encode_cursor
 from delayq_transport.tasks.service import _literal_parts
 from delayq_transport.web import chart

@@ -6,8 +6,8 @@ import kombu
 import pytest
 
 import delayq_transport  # noqa: F401  (registers the schemes)
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.urls import mask_password, normalize_url
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.db import mask_password, normalize_url
 
 MULTI = "delayq+postgresql://u:pw@h1:5451,h2:5452/db?target_session_attrs=read-write"
 QUERY = "delayq+postgresql://u:pw@/db?host=h1,h2&port=5451,5452"

@@ -1,5 +1,6 @@
-"""Complete wake-ups (core/announce.py) and the consumer's search markers (core/watermark.py),
-without PostgreSQL: what a wake-up lists, and that a time left out is never lost."""
+"""Complete wake-ups (core/queue/announce.py) and the consumer's search markers
+(core/queue/watermark.py), without PostgreSQL: what a wake-up lists, and that a time left out is
+never lost."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayq_transport.core import announce, watermark
-from delayq_transport.core.announce import MARKER_PREFIX, Wakeups, marker_payload
-from delayq_transport.core.errors import InvalidInput
-from delayq_transport.core.listen import _parse
-from delayq_transport.core.validate import validate_kind
-from delayq_transport.core.watermark import LowWatermarks
+from delayq_transport.core import InvalidInput
+from delayq_transport.core.queue import announce, validate_kind, watermark
+from delayq_transport.core.queue.announce import MARKER_PREFIX, Wakeups, marker_payload
+from delayq_transport.core.queue.listen import _parse
+from delayq_transport.core.queue.watermark import LowWatermarks
 
 
 class Ticker:

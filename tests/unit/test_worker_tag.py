@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from delayq_transport.core import leases
+from delayq_transport.core.queue import leases
 
 
 def test_lock_ids_start_with_the_worker_tag_and_a_fork_gets_a_new_one() -> None:

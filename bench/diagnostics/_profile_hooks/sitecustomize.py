@@ -18,8 +18,7 @@ _PATH = os.environ.get("DELAYQ_PROFILE_COUNTS")
 
 
 def _install(path: str) -> None:
-    from delayq_transport.core.listen import Listener
-    from delayq_transport.core.session import Session
+    from delayq_transport.core.queue import Listener, Session
 
     counts: Counter[str] = Counter()
     pid = os.getpid()

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from delayq_transport.core.timeutil import due_ms
+from delayq_transport.core.queue import due_ms
 from delayq_transport.formats.celery import kind_for, parse_eta, protocol1_task
 from delayq_transport.move.amqp_source import AmqpSource
 from delayq_transport.move.redis_source import RedisSource

@@ -1,0 +1,79 @@
+-- The ledgers: the run ledger (<table>__runs) and `delayq demo`'s run log.
+-- Named blocks (`-- name --`, then a one-line comment) of the statements delayq sends, one per
+-- operation of the data model (docs/explanation/design.md); every .sql file of the core's parts
+-- is read by the one loader, delayq_transport/core/db/queries.py, and a name is used once.
+-- `{table}`, `{notify_fn}` and friends are identifiers, validated and quoted by the loader;
+-- `{now}` is the one clock expression, `COALESCE(%(now)s::bigint, <database clock in epoch
+-- ms>)`: a queue built with an injected clock passes `now`, every other queue passes NULL, so
+-- one queue never mixes clocks. Values are always bound parameters (`%(name)s`).
+
+-- runs_part --
+-- core/ledgers/runs.py: whether one part of a run was applied, asked before its writer stages anything.
+SELECT "rows", "fingerprint" FROM {runs} WHERE "runId" = %(run_id)s AND "part" = %(part)s
+
+-- runs_record --
+-- core/ledgers/runs.py: a part applied, in the transaction that merged its rows (or, part -1, a whole
+-- run). No row back: an attempt running at the same time recorded it first (this insert
+-- waited for that attempt's commit), and the caller rolls back its own rows.
+INSERT INTO {runs} ("runId", "part", "rows", "fingerprint", "appliedAt")
+VALUES (%(run_id)s, %(part)s, %(rows)s, %(fingerprint)s, {now})
+ON CONFLICT ("runId", "part") DO NOTHING
+RETURNING 1
+
+-- runs_state --
+-- core/ledgers/runs.py: every entry of one run: its parts, and part -1 once the whole run is in.
+SELECT "part", "rows", "fingerprint" FROM {runs} WHERE "runId" = %(run_id)s
+
+-- runs_prune --
+-- core/ledgers/runs.py: retention. Entries older than the retention, at most %(limit)s per call, found
+-- through the appliedAt index (a call that finds none reads one index page).
+DELETE FROM {runs}
+WHERE ("runId", "part") IN (
+    SELECT "runId", "part" FROM {runs}
+    WHERE "appliedAt" < {now} - %(retention_ms)s::bigint
+    LIMIT %(limit)s)
+
+-- runs_forget --
+-- core/ledgers/runs.py: drop a run's entries, so its next attempt applies everything again.
+DELETE FROM {runs} WHERE "runId" = %(run_id)s
+
+-- Statements of the demo (`delayq demo`): its Celery app logs each run of its tasks so the
+-- live view can show scheduled -> running -> done. Not part of the queue.
+
+-- demo_claim --
+-- `delayq demo` runs one at a time per database: a session advisory lock held while it runs.
+SELECT pg_try_advisory_lock(%(lock_key)s)
+
+-- demo_table_marks --
+-- Which of the demo's table names exist here, and whether each carries the demo's mark (a
+-- table of that name the demo did not create is refused, never reused).
+SELECT n.name, obj_description(to_regclass(quote_ident(n.name)), 'pg_class')
+               IS NOT DISTINCT FROM {demo_mark} AS ours
+FROM unnest(%(names)s::text[]) AS n(name)
+WHERE to_regclass(quote_ident(n.name)) IS NOT NULL
+
+-- demo_mark_tables --
+-- Mark the tables the demo created (its queue table, bindings, run ledger and run log).
+COMMENT ON TABLE {table} IS {demo_mark};
+COMMENT ON TABLE {bindings} IS {demo_mark};
+COMMENT ON TABLE {runs} IS {demo_mark};
+COMMENT ON TABLE {demo_log} IS {demo_mark}
+
+-- runlog_create --
+-- The demo's run log, next to its queue table.
+CREATE TABLE IF NOT EXISTS {demo_log} (
+    task_id TEXT NOT NULL, attempt INT NOT NULL, state TEXT NOT NULL,
+    at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (task_id, attempt, state))
+
+-- runlog_reset --
+-- Start the demo's run log afresh (its own table: checked to carry the demo's mark first).
+DELETE FROM {demo_log}
+
+-- runlog_record --
+-- One step of one run of a demo task (running, retrying, done).
+INSERT INTO {demo_log} (task_id, attempt, state) VALUES (%(task_id)s, %(attempt)s, %(state)s)
+ON CONFLICT DO NOTHING
+
+-- runlog_list --
+-- Every step so far, oldest first (the view keeps each task's latest).
+SELECT task_id, state, at FROM {demo_log} ORDER BY at
