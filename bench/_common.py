@@ -410,20 +410,6 @@ def with_section(text: str, name: str, body: str) -> str:
     return text.rstrip("\n") + "\n\n" + block + "\n"
 
 
-def replace_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> Path:
-    """Rewrite one bench's section of the page in place (the page is created with the shared
-    intro when missing)."""
-    text = path.read_text() if path.exists() else BENCHMARKS_INTRO
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = with_section(text, name, body)
-    if path == BENCHMARKS_MD:
-        import _targets  # the targets table reads every results file, this run's included
-
-        text = _targets.refresh(text)
-    path.write_text(text)
-    return path
-
-
 def grouped_bar_chart(
     path: Path,
     categories: Sequence[str],

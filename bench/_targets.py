@@ -9,9 +9,19 @@ same results files as the sections, by the same writers' rules (each writer's
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
-from _common import load_results, markdown_table, prose, revision_cell, times, with_section
+from _common import (
+    BENCHMARKS_INTRO,
+    BENCHMARKS_MD,
+    load_results,
+    markdown_table,
+    prose,
+    revision_cell,
+    times,
+    with_section,
+)
 
 #: Results file -> the writer whose ``targets(data)`` gives its rows, in the table's order.
 WRITERS = {
@@ -98,3 +108,15 @@ def refresh(text: str) -> str:
     for name, writer in SUMMARIES.items():
         text = with_section(text, name, writer(every))
     return text
+
+
+def replace_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> Path:
+    """Rewrite one bench's section of the page in place (the page is created with the shared
+    intro when missing)."""
+    text = path.read_text() if path.exists() else BENCHMARKS_INTRO
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = with_section(text, name, body)
+    if path == BENCHMARKS_MD:
+        text = refresh(text)  # the targets table reads every results file, this run's included
+    path.write_text(text)
+    return path

@@ -35,10 +35,10 @@ from _common import (
     markdown_table,
     progress_bar,
     prose,
-    replace_section,
     run_line,
     write_results,
 )
+from _targets import replace_section
 
 from delayq_beat import BeatStore, Installer, Settings, make_spec
 from delayq_transport import DelayedQueue

@@ -90,11 +90,11 @@ from _common import (
     machine_info,
     percentile,
     progress_bar,
-    replace_section,
     tree_cpu,
     wait_for_log,
     write_results,
 )
+from _targets import replace_section
 from _variants import source_tree, tree_env, window_tree
 from psycopg import sql
 from psycopg.types.json import Jsonb

@@ -84,9 +84,9 @@ from _common import (
     markdown_table,
     percentile,
     progress_bar,
-    replace_section,
     write_results,
 )
+from _targets import replace_section
 from _variants import AB_HEADERS, ab_rows, is_variant
 
 PHASES = ("throughput", "throughput_threads", "drain", "latency", "rss", "kill", "sweep")

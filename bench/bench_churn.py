@@ -41,7 +41,6 @@ from _common import (
     percent,
     progress_bar,
     prose,
-    replace_section,
     run_line,
     save_figure,
     times,
@@ -49,6 +48,7 @@ from _common import (
     write_results,
 )
 from _steady import VARIANTS, SteadyConfig, SteadyRun, prepare, summarize
+from _targets import replace_section
 
 MB = 1024 * 1024
 SNAPSHOT_AT_S = 5.0

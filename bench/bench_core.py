@@ -45,7 +45,6 @@ from _common import (
     percent,
     progress_bar,
     prose,
-    replace_section,
     run_line,
     vacuum_analyze,
     verdict,
@@ -61,6 +60,7 @@ from _core_meter import (
     reporter,
     timed_task,
 )
+from _targets import replace_section
 from psycopg import sql
 from rich.progress import Progress
 

@@ -34,12 +34,12 @@ from _common import (
     machine_info,
     markdown_table,
     prose,
-    replace_section,
     run_line,
     url_for,
     verdict,
     write_results,
 )
+from _targets import replace_section
 from rich.console import Console
 
 from delayq_transport import Database, DelayedQueue, migrate

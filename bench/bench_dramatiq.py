@@ -51,13 +51,13 @@ from _common import (
     machine_info,
     markdown_table,
     prose,
-    replace_section,
     run_line,
     times,
     tree_rss,
     verdict,
     write_results,
 )
+from _targets import replace_section
 
 REDIS_BASE = "redis://127.0.0.1:6379"
 REDIS_BROKER_DB = 7

@@ -49,10 +49,10 @@ from _common import (  # noqa: E402
     machine_info,
     markdown_table,
     prose,
-    replace_section,
     run_line,
     write_results,
 )
+from _targets import replace_section  # noqa: E402
 from celery import Celery  # noqa: E402
 from topology import clusters  # noqa: E402
 from topology.drill import DrillConfig, DrillResult, run_drill  # noqa: E402

@@ -54,12 +54,12 @@ from _common import (
     markdown_table,
     progress_bar,
     prose,
-    replace_section,
     run_line,
     times,
     verdict,
     write_results,
 )
+from _targets import replace_section
 from bench_celery import phase_drain, phase_latency
 
 from delayq_transport import DelayedQueue

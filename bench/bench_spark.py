@@ -54,7 +54,6 @@ from _common import (
     machine_info,
     markdown_table,
     prose,
-    replace_section,
     run_line,
     times,
     verdict,
@@ -62,6 +61,7 @@ from _common import (
 )
 from _spark_fair import fair_rounds
 from _spark_ledger import ledger_ab, spark_cpu_s
+from _targets import replace_section
 from psycopg import sql
 
 TASK = "bench_spark.remind"

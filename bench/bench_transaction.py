@@ -45,11 +45,11 @@ from _common import (
     markdown_table,
     percentile,
     prose,
-    replace_section,
     run_line,
     times,
     write_results,
 )
+from _targets import replace_section
 
 REDIS_URL = "redis://127.0.0.1:6379/10"
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"

@@ -44,11 +44,11 @@ from _common import (
     machine_info,
     markdown_table,
     prose,
-    replace_section,
     run_line,
     verdict,
     write_results,
 )
+from _targets import replace_section
 from _web_search import END_NEEDLE
 from _web_search import lines as search_lines
 from _web_search import phase as search_phase

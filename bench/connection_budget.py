@@ -43,10 +43,10 @@ from _common import (  # noqa: E402
     git_revision,
     markdown_table,
     prose,
-    replace_section,
     run_line,
     write_results,
 )
+from _targets import replace_section  # noqa: E402
 from topology.clusters import free_port, wait_for  # noqa: E402
 from topology.services import (  # noqa: E402
     RESULTS_DDL,
