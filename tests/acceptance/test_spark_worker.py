@@ -161,9 +161,9 @@ FAIL_AFTER_COMMIT = """
 import os, time
 import psycopg
 from pyspark import TaskContext
-from delayq_transport.core import bulk
+from delayq_transport.core.integrations import BulkWriter
 
-_finish = bulk.BulkWriter.finish
+_finish = BulkWriter.finish
 
 def finish(self):
     counts = _finish(self)
@@ -177,7 +177,7 @@ def finish(self):
         raise RuntimeError("executor lost after partition 0 committed")
     return counts
 
-bulk.BulkWriter.finish = finish
+BulkWriter.finish = finish
 """
 
 
