@@ -22,14 +22,18 @@ from .errors import (
     ServerTimeout,
     TransactionRefused,
 )
-from .joined import transaction
+from .joined import detached, transaction
+from .listen import Listener
 from .publish_buffer import PublishBuffer
 from .queries import validate_table_name
 from .queue import DelayedQueue
-from .schema import migrate
+from .schema import ensure_schema, migrate, require_schema
+from .session import Session, Subscription
+from .task_results import Attempt, StoredResult, TaskResults
 from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
 
 __all__ = [
+    "Attempt",
     "CronHandle",
     "CronMessage",
     "CronService",
@@ -43,6 +47,7 @@ __all__ = [
     "InvalidInput",
     "KindStatus",
     "ListenUndeliverable",
+    "Listener",
     "Offer",
     "OfferOutcome",
     "PermissionDenied",
@@ -51,10 +56,17 @@ __all__ = [
     "RunMismatch",
     "SchemaMissing",
     "ServerTimeout",
+    "Session",
     "StoredMessage",
+    "StoredResult",
+    "Subscription",
+    "TaskResults",
     "TransactionRefused",
     "config_hash",
+    "detached",
+    "ensure_schema",
     "migrate",
+    "require_schema",
     "transaction",
     "validate_table_name",
 ]

@@ -1104,9 +1104,14 @@ DELETE FROM {migrations} WHERE "tableName" = %(table_name)s
 WITH entries AS (DELETE FROM "delayq_beat_entries" WHERE "tableName" = %(table_name)s)
 DELETE FROM "delayq_beat_installed" WHERE "tableName" = %(table_name)s
 
+-- uninstall_forget_task_results --
+-- The table's task results (core/task_results.py).
+DELETE FROM "delayq_task_results" WHERE "tableName" = %(table_name)s
+
 -- uninstall_drop_shared --
 -- The tables every queue table of the database shares, once no queue table is left.
-DROP TABLE IF EXISTS {migrations}, "delayq_beat_entries", "delayq_beat_installed"
+DROP TABLE IF EXISTS {migrations}, "delayq_beat_entries", "delayq_beat_installed",
+    "delayq_task_results"
 
 -- Blocks named schema_* take {schema} (the queue table's schema) and, for grants, {role} as
 -- extra identifiers, like the grant_* blocks below; core/schema.py renders them at migration.
@@ -1600,3 +1605,54 @@ FROM {bindings}
 GROUP BY "queue"
 ORDER BY "queue"
 LIMIT %(limit)s
+
+-- task_results_start --
+-- A worker of Django's task framework begins an attempt (core/task_results.py): the task's
+-- result row is created RUNNING, or marked RUNNING again with this worker appended, unless it is
+-- final already (the outcome was recorded, then the worker died before its ack was flushed: the
+-- redelivery is acked without running the task again). No row back: final already.
+INSERT INTO "delayq_task_results" AS r
+    ("tableName", "id", "task", "status", "enqueuedAt", "startedAt", "lastAttemptedAt",
+     "errors", "workerIds", "updatedAt")
+VALUES (%(table_name)s, %(id)s, %(task)s::jsonb, 'RUNNING', %(enqueued_at)s::bigint,
+        %(at)s::bigint, %(at)s::bigint, '[]'::jsonb, jsonb_build_array(%(worker_id)s::text),
+        %(at)s::bigint)
+ON CONFLICT ("tableName", "id") DO UPDATE
+SET "status" = 'RUNNING', "lastAttemptedAt" = EXCLUDED."lastAttemptedAt",
+    "workerIds" = r."workerIds" || EXCLUDED."workerIds", "updatedAt" = EXCLUDED."updatedAt"
+WHERE r."status" NOT IN ('SUCCESSFUL', 'FAILED')
+RETURNING r."startedAt", r."workerIds", r."errors"
+
+-- task_results_finish --
+-- An attempt's outcome: SUCCESSFUL or FAILED with its finish time, or READY again while a retry
+-- waits; its error (if any) appended, its return value (JSON) kept. Written before the queue
+-- row's ack.
+UPDATE "delayq_task_results"
+SET "status" = %(status)s, "finishedAt" = %(finished_at)s::bigint,
+    "returnValue" = %(return_value)s::jsonb, "errors" = "errors" || %(errors)s::jsonb,
+    "updatedAt" = %(at)s::bigint
+WHERE "tableName" = %(table_name)s AND "id" = %(id)s
+
+-- task_results_get --
+-- One task by key: its result row (none until a worker started it) and its queue row, waiting
+-- or leased, among the kinds that start with `prefix` (found by the (pKey, pKind) index).
+-- Always one row: both sides NULL means no such task.
+SELECT r."task", r."status", r."enqueuedAt", r."startedAt", r."lastAttemptedAt",
+       r."finishedAt", r."returnValue", r."errors", r."workerIds", q."payload", q."lockUuid"
+FROM (SELECT 1) AS one
+LEFT JOIN "delayq_task_results" AS r ON r."tableName" = %(table_name)s AND r."id" = %(id)s
+LEFT JOIN LATERAL (
+    SELECT "payload", "lockUuid" FROM {table}
+    WHERE "pKey" = %(id)s AND starts_with("pKind", %(prefix)s)
+    LIMIT 1
+) AS q ON true
+
+-- task_results_prune --
+-- Results that finished before `before`, at most `limit` per statement (the caller repeats
+-- while a batch was full), found by the (tableName, finishedAt) index.
+DELETE FROM "delayq_task_results"
+WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM "delayq_task_results"
+    WHERE "tableName" = %(table_name)s AND "finishedAt" < %(before)s::bigint
+    LIMIT %(limit)s
+))
