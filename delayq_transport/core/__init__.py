@@ -27,13 +27,12 @@ from .listen import Listener
 from .publish_buffer import PublishBuffer
 from .queries import validate_table_name
 from .queue import DelayedQueue
-from .schema import ensure_schema, migrate, require_schema
+from .schema import migrate, require_schema
 from .session import Session, Subscription
-from .task_results import Attempt, StoredResult, TaskResults
+from .task_results import StoredResult, TaskResults
 from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
 
 __all__ = [
-    "Attempt",
     "CronHandle",
     "CronMessage",
     "CronService",
@@ -64,7 +63,6 @@ __all__ = [
     "TransactionRefused",
     "config_hash",
     "detached",
-    "ensure_schema",
     "migrate",
     "require_schema",
     "transaction",

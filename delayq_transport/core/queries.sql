@@ -1152,12 +1152,14 @@ GRANT pg_monitor TO {role}
 -- extend leases and release (UPDATE), publish (tasks send tasks, retries, replies: INSERT and the
 -- id sequence), route (bindings), and read the migrations ledger on start. LISTEN needs no grant.
 -- Spark jobs run as this role (or as a producer) record and prune the run ledger (runs).
+-- Django's task workers record each attempt in the task results and prune them.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table}, {schema}.{bindings} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
-GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_task_results" TO {role}
 
 -- grant_beat --
 -- celery beat with the delayq scheduler (run it as the worker role): its two state tables.
@@ -1168,14 +1170,16 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_beat_entries", {schema}
 -- on every queue declaration (SELECT), declare bindings (no DELETE), read the ledger. Without
 -- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows; revoking a waiting
 -- task it names goes through the revoke function (EXECUTE). Spark jobs (often run as a
--- producer) record applied parts in the run ledger and prune it (DELETE there only).
+-- producer) record applied parts in the run ledger and prune it (DELETE there only). Django's
+-- get_result reads the task results (SELECT).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT ON {schema}.{table} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.{bindings} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
-GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role};
+GRANT SELECT ON {schema}."delayq_task_results" TO {role}
 
 -- grant_monitor --
 -- `delayq status` / `delayq metrics` for a dashboard or Prometheus: read-only (the beat tables too:

@@ -369,6 +369,35 @@ class Worker:
 
 # -- processes ----------------------------------------------------------------------------------
 
+class Signals:
+    """SIGTERM and SIGINT as an event threads can wait on. The handler only sends a byte to a
+    socket (what a signal handler may safely do): setting an ``Event`` there could deadlock
+    with the interrupted thread holding the event's lock."""
+
+    def __init__(self) -> None:
+        self._r, self._w = socket.socketpair()
+        self._w.setblocking(False)
+        self.received = False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = True
+        try:
+            self._w.send(b"\0")
+        except OSError:  # full of earlier signals: one is enough
+            pass
+
+    @property
+    def readable(self) -> socket.socket:
+        """Readable once a signal came (for ``multiprocessing.connection.wait``)."""
+        return self._r
+
+    def wait(self) -> None:
+        """Block until a signal came."""
+        self._r.recv(1)
+
+
 def serve(backend: DelayqBackend, *, queue_names: list[str] | None, threads: int,
           shutdown_timeout: float, on_ready: Callable[[Worker], None] | None = None,
           on_stop: Callable[[], None] | None = None) -> bool:
@@ -376,11 +405,21 @@ def serve(backend: DelayqBackend, *, queue_names: list[str] | None, threads: int
     worker = Worker(backend, queue_names=queue_names, threads=threads,
                     shutdown_timeout=shutdown_timeout)
     worker.on_stop = on_stop
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: worker.stop())
+    signals = Signals()
+
+    def stop_on_signal() -> None:
+        signals.wait()
+        worker.stop()
+
+    threading.Thread(target=stop_on_signal, name="delayq-signals", daemon=True).start()
     if on_ready is not None:
-        threading.Thread(target=lambda: worker.ready.wait() and on_ready(worker),
-                         daemon=True).start()
+        announce = on_ready
+
+        def when_ready() -> None:
+            if worker.ready.wait():
+                announce(worker)
+
+        threading.Thread(target=when_ready, name="delayq-ready", daemon=True).start()
     return worker.run()
 
 
@@ -404,44 +443,45 @@ def _child(settings_module: str, alias: str, queue_names: list[str] | None, thre
 
 def supervise(processes: int, *, settings_module: str, alias: str,
               queue_names: list[str] | None, threads: int, shutdown_timeout: float) -> None:
-    """Run ``processes`` worker processes until SIGTERM or SIGINT; one that dies is replaced."""
+    """Run ``processes`` worker processes until SIGTERM or SIGINT; one that dies is replaced
+    (after RESTART_PAUSE_S when it died that soon after it started)."""
     ctx = multiprocessing.get_context("spawn")
-    stopping = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stopping.set())
+    signals = Signals()
     args = (settings_module, alias, queue_names, threads, shutdown_timeout)
-    procs: list[Any] = []
-    started: list[float] = []
+    procs: list[Any] = [None] * processes
+    due = [0.0] * processes  # when each slot (re)starts; inf: running
 
     def start(i: int) -> None:
         proc = ctx.Process(target=_child, args=args, name=f"delayq-worker-{i}")
         proc.start()
-        if i < len(procs):
-            procs[i], started[i] = proc, time.monotonic()
-        else:
-            procs.append(proc)
-            started.append(time.monotonic())
+        procs[i], due[i] = proc, float("inf")
 
-    for i in range(processes):
-        start(i)
-    while not stopping.is_set():
-        multiprocessing.connection.wait([p.sentinel for p in procs], timeout=0.5)
+    started = [0.0] * processes
+    while not signals.received:
+        now = time.monotonic()
+        for i in range(processes):
+            if due[i] <= now:
+                start(i)
+                started[i] = now
+        running = [p.sentinel for p in procs if p is not None and p.is_alive()]
+        pending = [d - now for d in due if d != float("inf")]
+        multiprocessing.connection.wait([signals.readable, *running],
+                                        timeout=max(min(pending, default=1.0), 0.0))
         for i, proc in enumerate(procs):
-            if proc.is_alive() or stopping.is_set():
+            if signals.received or proc is None or proc.is_alive() or due[i] != float("inf"):
                 continue
-            log.warning("delayq: worker process %s exited (status %s): starting another",
-                        proc.pid, proc.exitcode)
-            if time.monotonic() - started[i] < RESTART_PAUSE_S and stopping.wait(
-                    RESTART_PAUSE_S):
-                break
-            start(i)
+            soon = time.monotonic() - started[i] < RESTART_PAUSE_S
+            log.warning("delayq: worker process %s exited (status %s): starting another%s",
+                        proc.pid, proc.exitcode, f" in {RESTART_PAUSE_S:.0f} s" if soon else "")
+            due[i] = time.monotonic() + (RESTART_PAUSE_S if soon else 0.0)
     for proc in procs:
-        if proc.is_alive() and proc.pid is not None:
+        if proc is not None and proc.is_alive() and proc.pid is not None:
             os.kill(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + shutdown_timeout + 10
     for proc in procs:
-        proc.join(max(deadline - time.monotonic(), 0.0))
+        if proc is not None:
+            proc.join(max(deadline - time.monotonic(), 0.0))
     for proc in procs:
-        if proc.is_alive():
+        if proc is not None and proc.is_alive():
             proc.kill()
             proc.join()
