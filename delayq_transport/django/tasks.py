@@ -30,6 +30,9 @@ OPTIONS (all optional):
 ``POLLING_INTERVAL``  seconds between a worker's fallback polls (default 5; wake-ups are
                       LISTEN/NOTIFY)
 ``POOL_SIZE``         most connections of the process' pool (default 8)
+
+Needs Django 6 (Python >= 3.12); the django-tasks backport on older Django is not supported
+yet.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.core import checks
 from django.db import connections
+from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskError
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -63,27 +71,6 @@ from ..core import (
     transaction,
 )
 from . import database_url
-
-try:  # Django 6
-    from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
-    from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import TaskError
-    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued
-except ImportError:  # pragma: no cover - Django 5.2 with the django-tasks backport
-    from django_tasks import (  # type: ignore[no-redef]
-        Task,
-        TaskResult,
-        TaskResultStatus,
-        task_backends,
-    )
-    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-    from django_tasks.base import TaskError  # type: ignore[no-redef]
-    from django_tasks.exceptions import (  # type: ignore[no-redef]
-        InvalidTask,
-        TaskResultDoesNotExist,
-    )
-    from django_tasks.signals import task_enqueued  # type: ignore[no-redef]
 
 __all__ = ["DelayqBackend", "retry", "task_backends"]
 

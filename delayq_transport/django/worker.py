@@ -45,6 +45,8 @@ from queue import Empty, SimpleQueue
 from typing import Any
 
 from django.db import close_old_connections
+from django.tasks import TaskContext
+from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
 from ..core import (
@@ -73,13 +75,6 @@ from .tasks import (
     storable,
     task_of,
 )
-
-try:  # Django 6
-    from django.tasks import TaskContext
-    from django.tasks.signals import task_finished, task_started
-except ImportError:  # pragma: no cover - the django-tasks backport
-    from django_tasks import TaskContext  # type: ignore[no-redef]
-    from django_tasks.signals import task_finished, task_started  # type: ignore[no-redef]
 
 log = logging.getLogger(__name__)
 
