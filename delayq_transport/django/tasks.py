@@ -70,14 +70,13 @@ from ..core import (
     require_schema,
     transaction,
 )
+from ..formats.django_tasks import KIND_PREFIX
 from . import database_url
 
-__all__ = ["DelayqBackend", "retry", "task_backends"]
+__all__ = ["KIND_PREFIX", "DelayqBackend", "retry", "task_backends"]
 
 log = logging.getLogger(__name__)
 
-#: Every kind of this backend starts with it (``django:<queue>:<priority>``).
-KIND_PREFIX = "django:"
 #: Django's priority range (``django.tasks.base.TASK_MIN_PRIORITY``/``MAX``).
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 #: A kind is at most 100 characters: the queue name's share.

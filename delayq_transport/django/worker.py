@@ -60,8 +60,8 @@ from ..core import (
     Subscription,
     TaskResults,
 )
+from ..formats.django_tasks import KIND_PREFIX, TASK_FIELDS
 from .tasks import (
-    KIND_PREFIX,
     DelayqBackend,
     Task,
     TaskError,
@@ -85,8 +85,6 @@ PRUNE_INTERVAL_S = 300.0
 ERROR_PAUSE_S = 1.0
 #: A task whose outcome could not be written (the database failed) is due again this late.
 SETTLE_RETRY_S = 5.0
-#: What every task's payload holds (delayq_transport/django/tasks.py, ``encode``).
-TASK_FIELDS = frozenset({"task", "args", "kwargs", "backend", "queue", "priority"})
 #: Where a row that is not a task (its payload undecodable) is moved, and for how long.
 DEAD_KIND = "django.XQ"
 DEAD_RETENTION_S = 7 * 86400.0

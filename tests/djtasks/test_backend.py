@@ -6,6 +6,7 @@ database."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -196,3 +197,31 @@ def test_check_names_a_wrong_database(dj_url: str) -> None:
     with override_settings(DELAYQ_JOIN_ATOMIC=True, DELAYQ_DATABASE="elsewhere"):
         codes = [c for c, _ in _messages(task_backends["default"])]
     assert codes == ["delayq.E003"]
+
+
+def test_delayq_tasks_shows_reschedules_and_cancels_a_waiting_task(dj_url: str) -> None:
+    """The operator's tools (``delayq tasks``, and the page on the same service) know the
+    task's format: its path and arguments, and its ``run_after`` follows a reschedule."""
+    from click.testing import CliRunner
+    from shop import djtasks
+
+    from delayq_transport.cli import main
+
+    def delayq(*args: str) -> dict[str, Any]:
+        done = CliRunner().invoke(main, ["-d", dj_url, "tasks", *args, "--json"])
+        assert done.exit_code == 0, done.output
+        return dict(json.loads(done.output))
+
+    later = djtasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(2, b=3)
+    shown = delayq("show", later.id)
+    assert shown["message"]["format"] == "django"
+    assert (shown["message"]["task"], shown["message"]["args"]) == ("shop.djtasks.add", [2])
+    before = default_task_backend.get_result(later.id).task.run_after
+    delayq("reschedule", later.id, "--in", "2h")
+    after = default_task_backend.get_result(later.id).task.run_after
+    assert after - before > timedelta(minutes=59)
+    [(scheduled_at,)] = sql(dj_url, 'SELECT "scheduledAt" FROM delayed_queue')
+    assert scheduled_at == to_ms(after)
+    delayq("cancel", later.id)
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(later.id)
