@@ -30,6 +30,7 @@ OPTIONS (all optional):
 ``POLLING_INTERVAL``  seconds between a worker's fallback polls (default 5; wake-ups are
                       LISTEN/NOTIFY)
 ``POOL_SIZE``         most connections of the process' pool (default 8)
+``PERIODIC``          periodic tasks by name (delayq_transport/django/periodic.py)
 
 Needs Django 6 (Python >= 3.12); the django-tasks backport on older Django is not supported
 yet.
@@ -70,32 +71,18 @@ from ..core import (
     require_schema,
     transaction,
 )
-from ..formats.django_tasks import KIND_PREFIX
+from ..formats.django_tasks import KIND_PREFIX, MIN_PRIORITY, kind_of, kinds_for
 from . import database_url
 
-__all__ = ["KIND_PREFIX", "DelayqBackend", "retry", "task_backends"]
+__all__ = ["KIND_PREFIX", "DelayqBackend", "kind_of", "kinds_for", "retry", "task_backends"]
 
 log = logging.getLogger(__name__)
 
-#: Django's priority range (``django.tasks.base.TASK_MIN_PRIORITY``/``MAX``).
-MIN_PRIORITY, MAX_PRIORITY = -100, 100
 #: A kind is at most 100 characters: the queue name's share.
-MAX_QUEUE_NAME = 100 - len(KIND_PREFIX) - len(":-100")
+MAX_QUEUE_NAME = 100 - len(KIND_PREFIX) - len(f":{MIN_PRIORITY}")
 DEFAULT_RESULT_RETENTION_S = 7 * 86400.0
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def kind_of(queue_name: str, priority: int) -> str:
-    """The row kind of a task of this queue and priority."""
-    return f"{KIND_PREFIX}{queue_name}:{int(priority)}"
-
-
-def kinds_for(queue_names: list[str]) -> list[str]:
-    """Every kind of these queues, in the order a worker takes them: highest priority first,
-    across the queues (within one priority, in the order given)."""
-    return [kind_of(q, p) for p in range(MAX_PRIORITY, MIN_PRIORITY - 1, -1)
-            for q in queue_names]
 
 
 def retry(retries: int, *, backoff: float | None = None) -> Callable[[F], F]:
@@ -305,6 +292,8 @@ class DelayqBackend(BaseTaskBackend):
         self.result_retention: float | None = None if retention is None else float(retention)
         self.polling_interval: float = float(options.get("POLLING_INTERVAL", 5.0))
         self.pool_size: int = int(options.get("POOL_SIZE", 8))
+        #: Periodic tasks (delayq_transport/django/periodic.py), installed by the workers.
+        self.periodic: dict[str, Any] = dict(options.get("PERIODIC") or {})
 
     # -- the store -------------------------------------------------------------------------
 
@@ -407,6 +396,13 @@ class DelayqBackend(BaseTaskBackend):
                 f"{where}: 'delayq_transport.django' is not in INSTALLED_APPS, so "
                 "`manage.py delayq_worker` is not available",
                 hint="add 'delayq_transport.django' to INSTALLED_APPS", id="delayq.W001")
+        if self.periodic:
+            from .periodic import entry_specs
+
+            for name, spec in entry_specs(self.periodic).items():
+                if isinstance(spec, Exception):
+                    yield checks.Error(f"{where}: OPTIONS PERIODIC {name!r}: {spec}",
+                                       id="delayq.E005")
         yield from self._check_schema(where)
 
     def _check_schema(self, where: str) -> Iterator[checks.CheckMessage]:

@@ -61,6 +61,7 @@ from ..core import (
     TaskResults,
 )
 from ..formats.django_tasks import KIND_PREFIX, TASK_FIELDS
+from .periodic import Scheduler, misfired_occurrences
 from .tasks import (
     DelayqBackend,
     Task,
@@ -110,7 +111,7 @@ class Worker:
 
     def __init__(self, backend: DelayqBackend, *, queue_names: list[str] | None = None,
                  threads: int = 4, shutdown_timeout: float = 30.0,
-                 worker_id: str | None = None) -> None:
+                 worker_id: str | None = None, schedule: bool = True) -> None:
         if threads < 1:
             raise ValueError("threads must be >= 1")
         self.backend = backend
@@ -134,7 +135,10 @@ class Worker:
         self.session = Session(
             self.queue, listen=lambda: Listener(self.db, self.queue.queries),
             polling_interval=backend.polling_interval, unheard_polling_interval=0.5,
-            listen_on_thread=True, jobs=jobs)
+            misfired=misfired_occurrences(self.queue), listen_on_thread=True, jobs=jobs)
+        #: Installs the backend's periodic tasks (none declared, or ``schedule=False``: None).
+        self.scheduler = Scheduler(self.db, self.queue, backend.periodic) \
+            if schedule and backend.periodic else None
         self.kinds = kinds_for(self.queue_names)
         self._event = threading.Event()
         self._stopping = threading.Event()
@@ -159,6 +163,8 @@ class Worker:
                                     daemon=True) for i in range(self.threads)]
         for thread in threads:
             thread.start()
+        if self.scheduler is not None:
+            self.scheduler.start()
         self.ready.set()
         try:
             while not self._stopping.is_set():
@@ -188,6 +194,8 @@ class Worker:
     def _shutdown(self, threads: list[threading.Thread]) -> bool:
         sub = self._sub
         assert sub is not None
+        if self.scheduler is not None:
+            self.scheduler.stop()
         # Taken but not started: given back at once, due again for any worker.
         waiting: list[Envelope] = []
         while True:
@@ -392,11 +400,12 @@ class Signals:
 
 
 def serve(backend: DelayqBackend, *, queue_names: list[str] | None, threads: int,
-          shutdown_timeout: float, on_ready: Callable[[Worker], None] | None = None,
+          shutdown_timeout: float, schedule: bool = True,
+          on_ready: Callable[[Worker], None] | None = None,
           on_stop: Callable[[], None] | None = None) -> bool:
     """Run one worker in this process until SIGTERM or SIGINT (main thread only)."""
     worker = Worker(backend, queue_names=queue_names, threads=threads,
-                    shutdown_timeout=shutdown_timeout)
+                    shutdown_timeout=shutdown_timeout, schedule=schedule)
     worker.on_stop = on_stop
     signals = Signals()
 
@@ -417,7 +426,7 @@ def serve(backend: DelayqBackend, *, queue_names: list[str] | None, threads: int
 
 
 def _child(settings_module: str, alias: str, queue_names: list[str] | None, threads: int,
-           shutdown_timeout: float) -> None:
+           shutdown_timeout: float, schedule: bool) -> None:
     """A spawned worker process: Django set up as the parent's, then one worker."""
     os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     import django
@@ -428,19 +437,20 @@ def _child(settings_module: str, alias: str, queue_names: list[str] | None, thre
     backend = task_backends[alias]
     assert isinstance(backend, DelayqBackend)
     finished = serve(backend, queue_names=queue_names, threads=threads,
-                     shutdown_timeout=shutdown_timeout,
+                     shutdown_timeout=shutdown_timeout, schedule=schedule,
                      on_ready=lambda w: print(f"delayq: worker {w.worker_id} ready", flush=True),
                      on_stop=lambda: print("delayq: worker stopping", flush=True))
     os._exit(0 if finished else 1)  # tasks given back may still run on daemon threads
 
 
 def supervise(processes: int, *, settings_module: str, alias: str,
-              queue_names: list[str] | None, threads: int, shutdown_timeout: float) -> None:
+              queue_names: list[str] | None, threads: int, shutdown_timeout: float,
+              schedule: bool = True) -> None:
     """Run ``processes`` worker processes until SIGTERM or SIGINT; one that dies is replaced
     (after RESTART_PAUSE_S when it died that soon after it started)."""
     ctx = multiprocessing.get_context("spawn")
     signals = Signals()
-    args = (settings_module, alias, queue_names, threads, shutdown_timeout)
+    args = (settings_module, alias, queue_names, threads, shutdown_timeout, schedule)
     procs: list[Any] = [None] * processes
     due = [0.0] * processes  # when each slot (re)starts; inf: running
 

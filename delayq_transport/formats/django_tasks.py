@@ -15,9 +15,23 @@ from typing import Any
 
 #: Every kind of a django.tasks task starts with it.
 KIND_PREFIX = "django:"
+#: Django's priority range (``django.tasks.base.TASK_MIN_PRIORITY``/``MAX``).
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
 #: What every task's payload holds.
 TASK_FIELDS = frozenset({"task", "args", "kwargs", "backend", "queue", "priority"})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def kind_of(queue_name: str, priority: int) -> str:
+    """The row kind of a task of this queue and priority."""
+    return f"{KIND_PREFIX}{queue_name}:{int(priority)}"
+
+
+def kinds_for(queue_names: list[str]) -> list[str]:
+    """Every kind of these queues, in the order a worker takes them: highest priority first,
+    across the queues (within one priority, in the order given)."""
+    return [kind_of(q, p) for p in range(MAX_PRIORITY, MIN_PRIORITY - 1, -1)
+            for q in queue_names]
 
 
 def decode_django_task(payload: bytes) -> dict[str, Any] | None:

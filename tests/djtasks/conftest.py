@@ -17,14 +17,21 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import django
 import psycopg
 import pytest
+
+if TYPE_CHECKING:
+    from django.tasks import TaskResult
+
+    from delayq_transport.django.worker import Worker
 
 if django.VERSION < (6, 0):
     collect_ignore_glob = ["test_*.py"]
@@ -32,7 +39,8 @@ if django.VERSION < (6, 0):
 PROJECT = Path(__file__).resolve().parents[1] / "django_project"
 ROOT = PROJECT.parents[1]
 #: Tables every test starts without rows.
-TABLES = ("delayed_queue", "delayq_task_results", "shop_taskrun", "shop_order")
+TABLES = ("delayed_queue", "delayq_task_results", "delayq_beat_installed", "delayq_beat_entries",
+          "shop_taskrun", "shop_order")
 T = TypeVar("T")
 
 
@@ -186,3 +194,45 @@ def start_worker(dj_url: str, tmp_path: Path) -> Iterator[Callable[..., WorkerPr
 def row_count(url: str) -> int:
     """Rows of the queue table (waiting, leased or not yet acked)."""
     return int(sql(url, "SELECT count(*) FROM delayed_queue")[0][0])
+
+
+
+#: Statuses a result does not leave (TaskResultStatus values are these strings).
+FINAL = ("SUCCESSFUL", "FAILED")
+
+
+@contextmanager
+def running(threads: int = 2, **options: Any) -> Iterator[Worker]:
+    """A worker of the project's default backend (with these OPTIONS) on a thread of this
+    process; stopped (and its shutdown checked) at the end of the block."""
+    from django.tasks import task_backends
+    from django.test.utils import override_settings
+
+    from delayq_transport.django.tasks import DelayqBackend
+    from delayq_transport.django.worker import Worker
+
+    setting = {"default": {"BACKEND": "delayq_transport.django.tasks.DelayqBackend",
+                           "QUEUES": ["default", "mail"], "OPTIONS": options}}
+    with override_settings(TASKS=setting):
+        backend = task_backends["default"]
+        assert isinstance(backend, DelayqBackend)
+        worker = Worker(backend, threads=threads, shutdown_timeout=10)
+        thread = threading.Thread(target=worker.run, name="test-worker")
+        thread.start()
+        assert worker.ready.wait(30)
+        try:
+            yield worker
+        finally:
+            worker.stop()
+            thread.join(60)
+            assert not thread.is_alive()
+
+
+def finished(result: TaskResult, timeout: float = 30) -> TaskResult:
+    """The result once a worker finished the task (refreshed from the database)."""
+    def done() -> bool:
+        result.refresh()
+        return result.status in FINAL
+
+    wait_until(done, f"task {result.task.name} {result.id} to finish", timeout)
+    return result

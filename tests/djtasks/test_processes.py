@@ -32,19 +32,14 @@ import pytest
 from django.tasks import TaskResult, TaskResultStatus
 
 from .conftest import PROJECT, WorkerProcess, manage, project_env, row_count, runs, sql, wait_until
+from .conftest import finished as conftest_finished
 
-FINAL = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 #: A short lease: a killed worker's task comes back this soon.
 SHORT_LEASE = json.dumps({"LEASE": 1.5})
 
 
 def finished(result: TaskResult, timeout: float = 60) -> TaskResult:
-    def done() -> bool:
-        result.refresh()
-        return result.status in FINAL
-
-    wait_until(done, f"task {result.task.name} {result.id} to finish", timeout)
-    return result
+    return conftest_finished(result, timeout)
 
 
 def test_a_worker_process_runs_tasks_and_another_process_reads_the_results(

@@ -7,8 +7,6 @@ pruning and a shutdown that lets a running task finish."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -17,44 +15,11 @@ import pytest
 from django.tasks import TaskResult, TaskResultStatus, task_backends
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_finished, task_started
-from django.test.utils import override_settings
 from django.utils import timezone
 
 from delayq_transport.django.tasks import DelayqBackend, encode
-from delayq_transport.django.worker import Worker
 
-from .conftest import row_count, runs, sql, wait_until
-
-FINAL = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
-
-
-@contextmanager
-def running(threads: int = 2, **options: Any) -> Iterator[Worker]:
-    """A worker of the project's default backend (with these OPTIONS) on a thread."""
-    setting = {"default": {"BACKEND": "delayq_transport.django.tasks.DelayqBackend",
-                           "QUEUES": ["default", "mail"], "OPTIONS": options}}
-    with override_settings(TASKS=setting):
-        backend = task_backends["default"]
-        assert isinstance(backend, DelayqBackend)
-        worker = Worker(backend, threads=threads, shutdown_timeout=10)
-        thread = threading.Thread(target=worker.run, name="test-worker")
-        thread.start()
-        assert worker.ready.wait(30)
-        try:
-            yield worker
-        finally:
-            worker.stop()
-            thread.join(60)
-            assert not thread.is_alive()
-
-
-def finished(result: TaskResult, timeout: float = 30) -> TaskResult:
-    def done() -> bool:
-        result.refresh()
-        return result.status in FINAL
-
-    wait_until(done, f"task {result.task.name} {result.id} to finish", timeout)
-    return result
+from .conftest import finished, row_count, running, runs, sql, wait_until
 
 
 def test_results_as_django_defines_them(dj_url: str) -> None:

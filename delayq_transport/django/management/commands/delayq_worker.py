@@ -35,6 +35,9 @@ class Command(BaseCommand):
                             help="Tasks run at once per process (default: 4).")
         parser.add_argument("--processes", type=int, default=1,
                             help="Worker processes (default: 1, this one).")
+        parser.add_argument("--no-scheduler", action="store_false", dest="schedule",
+                            help="Do not install the backend's periodic tasks (OPTIONS "
+                            "PERIODIC) from this worker: another worker or process does.")
         parser.add_argument("--shutdown-timeout", type=float, default=30.0,
                             help="Seconds running tasks get to finish on SIGTERM/SIGINT; "
                             "what still runs then is given back (default: 30).")
@@ -61,7 +64,8 @@ class Command(BaseCommand):
             self.stdout.flush()
             supervise(processes, settings_module=settings.SETTINGS_MODULE, alias=alias,
                       queue_names=options["queue_names"], threads=threads,
-                      shutdown_timeout=options["shutdown_timeout"])
+                      shutdown_timeout=options["shutdown_timeout"],
+                      schedule=options["schedule"])
             return
 
         def ready(worker: Worker) -> None:
@@ -76,8 +80,8 @@ class Command(BaseCommand):
             self.stdout.flush()
 
         finished = serve(backend, queue_names=options["queue_names"], threads=threads,
-                         shutdown_timeout=options["shutdown_timeout"], on_ready=ready,
-                         on_stop=stopping)
+                         shutdown_timeout=options["shutdown_timeout"],
+                         schedule=options["schedule"], on_ready=ready, on_stop=stopping)
         self.stdout.write(f"delayq: worker stopped{'' if finished else ' (tasks given back)'}")
         self.stdout.flush()
         if not finished:
