@@ -186,3 +186,28 @@ def test_a_shutdown_lets_a_running_task_finish(dj_url: str) -> None:
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL and row_count(dj_url) == 0
 
+
+
+def test_the_page_shows_a_tasks_outcome_from_delayqs_task_results(dj_url: str) -> None:
+    """``delayq web`` needs no result backend for these tasks: the worker's record is read."""
+    from shop import djtasks
+    from starlette.testclient import TestClient
+
+    from delayq_transport import DelayedQueue
+    from delayq_transport.web.app import create_app
+    from delayq_transport.web.security import WebConfig
+
+    with running():
+        ok = finished(djtasks.add.enqueue(20, 22))
+        bad = finished(djtasks.fail.enqueue("page"))
+    with DelayedQueue(dj_url, kind="django:default:0") as queue:
+        client = TestClient(create_app(queue, WebConfig()), base_url="http://127.0.0.1:8377")
+        shown = client.get(f"/api/outcomes/{ok.id}").json()
+        assert (shown["state"], shown["result"], shown["source"], shown["ready"]) == (
+            "SUCCESSFUL", 42, "delayq", True)
+        failed = client.get(f"/api/outcomes/{bad.id}").json()
+        assert failed["state"] == "FAILED" and failed["result"] == "builtins.ValueError"
+        assert failed["traceback"].endswith("ValueError: page\n")
+        page = client.get(f"/tasks/{ok.id}")  # it ran: the task page sends to its outcome
+        assert page.status_code == 200 and "from delayq&#39;s task results" in page.text
+        assert client.get(f"/api/outcomes/{'nope'}").status_code == 404
