@@ -33,11 +33,23 @@ if TYPE_CHECKING:
 
     from delayq_transport.django.worker import Worker
 
-if django.VERSION < (6, 0):
-    collect_ignore_glob = ["test_*.py"]
-
 PROJECT = Path(__file__).resolve().parents[1] / "django_project"
 ROOT = PROJECT.parents[1]
+#: The project's database in this process (created by ``dj_url``, from the suite's template).
+DB_NAME = f"delayq_dj6_{os.getpid()}"
+
+if django.VERSION < (6, 0):
+    collect_ignore_glob = ["test_*.py"]
+else:
+    # Set up before collection: Django's own test modules (test_django_port.py) declare tasks
+    # at import, which needs the settings; the database is only connected to by the tests.
+    from conftest import url_for
+
+    os.environ["DJANGO_DATABASE_URL"] = url_for(DB_NAME)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "djproject.settings"
+    os.environ.pop("DJANGO_TASKS_OPTIONS", None)
+    sys.path.insert(0, str(PROJECT))
+    django.setup()
 #: Tables every test starts without rows.
 TABLES = ("delayed_queue", "delayq_task_results", "delayq_beat_installed", "delayq_beat_entries",
           "shop_taskrun", "shop_order")
@@ -59,19 +71,13 @@ def wait_until(predicate: Callable[[], T | None], message: str, timeout: float =
 
 @pytest.fixture(scope="session", autouse=True)
 def dj_url(template_db: str) -> Iterator[str]:
-    """The project's database, set up in this process (``django.setup()`` and migrated);
-    autouse: Django's own test classes (test_django_port.py) need the settings before their
-    class set-up runs."""
+    """The project's database (Django's tables migrated into it); autouse: Django's own test
+    classes (test_django_port.py) need it before their class set-up runs."""
     from conftest import create_database, drop_database
 
-    name = f"delayq_dj6_{os.getpid()}"
-    drop_database(name)
-    url = create_database(name, template=template_db)
-    os.environ["DJANGO_DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "djproject.settings"
-    os.environ.pop("DJANGO_TASKS_OPTIONS", None)
-    sys.path.insert(0, str(PROJECT))
-    django.setup()
+    drop_database(DB_NAME)
+    url = create_database(DB_NAME, template=template_db)
+    assert url == os.environ["DJANGO_DATABASE_URL"]
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
@@ -82,7 +88,7 @@ def dj_url(template_db: str) -> Iterator[str]:
 
     connections.close_all()
     close_stores()
-    drop_database(name)
+    drop_database(DB_NAME)
 
 
 @pytest.fixture(autouse=True)

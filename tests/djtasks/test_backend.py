@@ -6,6 +6,7 @@ database."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from datetime import timedelta
@@ -90,14 +91,17 @@ def test_enqueue_writes_a_row_and_any_reader_gets_the_result_from_the_database(
     assert result.status == TaskResultStatus.READY
 
 
-async def test_aenqueue_and_aget_result(dj_url: str) -> None:
+def test_aenqueue_and_aget_result(dj_url: str) -> None:
     from shop import djtasks
 
-    result = await djtasks.async_add.aenqueue(2, 3)
-    got = await default_task_backend.aget_result(result.id)
-    assert got.task == djtasks.async_add and got.args == [2, 3]
-    await result.arefresh()
-    assert result.status == TaskResultStatus.READY
+    async def flow() -> None:
+        result = await djtasks.async_add.aenqueue(2, 3)
+        got = await default_task_backend.aget_result(result.id)
+        assert got.task == djtasks.async_add and got.args == [2, 3] and got == result
+        await result.arefresh()
+        assert result.status == TaskResultStatus.READY
+
+    asyncio.run(flow())
 
 
 def test_a_result_that_does_not_exist_raises(dj_url: str) -> None:
@@ -191,7 +195,8 @@ def test_check_names_a_wrong_database(dj_url: str) -> None:
     [(code, message)] = _messages(absent)
     assert code == "delayq.E001" and "'nope' is not in DATABASES" in message
     lite = {**conf.DATABASES, "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":m:"}}
-    with override_settings(DATABASES=lite):
+    with pytest.warns(UserWarning, match="Overriding setting DATABASES"), \
+            override_settings(DATABASES=lite):
         [(code, message)] = _messages(DelayqBackend("x", {"OPTIONS": {"DATABASE": "lite"}}))
     assert code == "delayq.E002" and "sqlite3" in message and "PostgreSQL" in message
     with override_settings(DELAYQ_JOIN_ATOMIC=True, DELAYQ_DATABASE="elsewhere"):
