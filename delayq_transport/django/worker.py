@@ -61,8 +61,7 @@ from ..core import (
     TaskResults,
 )
 from ..formats.django_tasks import KIND_PREFIX, TASK_FIELDS
-from .periodic import Scheduler, misfired_occurrences
-from .tasks import (
+from .backend import (
     DelayqBackend,
     Task,
     TaskError,
@@ -76,6 +75,7 @@ from .tasks import (
     storable,
     task_of,
 )
+from .periodic import Scheduler, misfired_occurrences
 
 log = logging.getLogger(__name__)
 
@@ -432,7 +432,7 @@ def _child(settings_module: str, alias: str, queue_names: list[str] | None, thre
     import django
 
     django.setup()
-    from .tasks import task_backends
+    from .backend import task_backends
 
     backend = task_backends[alias]
     assert isinstance(backend, DelayqBackend)

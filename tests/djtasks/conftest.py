@@ -84,7 +84,7 @@ def dj_url(template_db: str) -> Iterator[str]:
     yield url
     from django.db import connections
 
-    from delayq_transport.django.tasks import close_stores
+    from delayq_transport.django.backend import close_stores
 
     connections.close_all()
     close_stores()
@@ -101,7 +101,7 @@ def _fresh(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     from django.db import connections
 
-    from delayq_transport.django.tasks import close_stores
+    from delayq_transport.django.backend import close_stores
 
     close_stores()
     connections.close_all()

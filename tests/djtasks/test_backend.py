@@ -21,7 +21,8 @@ from django.tasks.signals import task_enqueued
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from delayq_transport.django.tasks import DelayqBackend, kind_of, kinds_for, to_ms
+from delayq_transport.django.backend import kind_of, kinds_for, to_ms
+from delayq_transport.django.tasks import DelayqBackend
 
 from .conftest import sql
 

@@ -51,7 +51,8 @@ from django.test import SimpleTestCase, override_settings
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from delayq_transport.django.tasks import DelayqBackend, encode
+from delayq_transport.django.backend import encode
+from delayq_transport.django.tasks import DelayqBackend
 
 from .conftest import sql
 from .django_port import tasks as test_tasks

@@ -17,7 +17,8 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 
-from delayq_transport.django.tasks import DelayqBackend, encode
+from delayq_transport.django.backend import encode
+from delayq_transport.django.tasks import DelayqBackend
 
 from .conftest import finished, row_count, running, runs, sql, wait_until
 

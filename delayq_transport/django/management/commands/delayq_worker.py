@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...tasks import DelayqBackend, task_backends
+from ...backend import DelayqBackend, task_backends
 from ...worker import Worker, serve, supervise
 
 
