@@ -16,7 +16,8 @@
   ``DJANGO_BEAT_REFRESH``: Celery's ``beat_scheduler`` and delayq_beat's
   ``delayq_beat_source`` / ``delayq_beat_refresh_interval`` (seconds);
 * ``DJANGO_TASKS_OPTIONS``: JSON, the ``OPTIONS`` of ``TASKS["default"]``, delayq's backend of
-  Django's task framework (Django 6; older versions ignore ``TASKS``; tasks: shop/djtasks.py).
+  Django's task framework (Django 6; older versions ignore ``TASKS``; tasks: shop/djtasks.py);
+  ``DJANGO_TASKS_BACKEND=db``: django-tasks-db's backend instead (bench/bench_djtasks.py).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ DATABASES = {
 DELAYQ_JOIN_ATOMIC = os.environ.get("DJANGO_DELAYQ_JOIN_ATOMIC", "1") == "1"
 DELAYQ_DATABASE = "default"
 
-# Django 6's task framework on delayq (tests/django_tasks), in the same table as Celery's tasks.
+# Django 6's task framework on delayq (tests/djtasks), in the same table as Celery's tasks.
 TASKS = {
     "default": {
         "BACKEND": "delayq_transport.django.tasks.DelayqBackend",
@@ -73,6 +74,10 @@ TASKS = {
         "OPTIONS": json.loads(os.environ.get("DJANGO_TASKS_OPTIONS", "{}")),
     },
 }
+if os.environ.get("DJANGO_TASKS_BACKEND") == "db":  # the peer bench/bench_djtasks.py compares
+    INSTALLED_APPS += ["django_tasks_db"]
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend",
+                         "QUEUES": ["default", "mail"]}}
 
 CELERY_BROKER_URL = os.environ.get("DJANGO_BROKER_URL") or broker_url(DATABASES["default"])
 CELERY_BROKER_TRANSPORT_OPTIONS = json.loads(os.environ.get("DELAYQ_TRANSPORT_OPTIONS", "{}"))
