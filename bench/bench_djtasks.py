@@ -37,10 +37,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     DEFAULT_ADMIN_URL,
     REPO_ROOT,
+    fmt_rate,
     fresh_database,
     git_revision,
     machine_info,
+    markdown_table,
     percentile,
+    prose,
+    run_line,
+    times,
     write_results,
 )
 
@@ -141,6 +146,46 @@ def one_run(admin_url: str, name: str, backend: str, worker: list[str], count: i
                 "lateness_p99_ms": round(percentile(late, 99) or 0, 1)}
 
 
+def section(data: dict[str, Any]) -> str:
+    """The "Django's task framework" section of docs/benchmarks.md from a results file:
+    medians of the rounds per system, against django-tasks-db."""
+    by_system: dict[str, list[dict[str, Any]]] = {}
+    for run in data["runs"]:
+        by_system.setdefault(run["system"], []).append(run)
+
+    def median(runs: list[dict[str, Any]], key: str) -> float:
+        values = sorted(r[key] for r in runs)
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+    base = median(by_system["django-tasks-db"], "tasks_per_s")
+    rows = [[name, fmt_rate(median(runs, "tasks_per_s")),
+             times(median(runs, "tasks_per_s") / base),
+             f"{median(runs, 'lateness_p50_ms'):,.0f}", f"{median(runs, 'lateness_p99_ms'):,.0f}"]
+            for name, runs in by_system.items()]
+    first = data["runs"][0]
+    how = prose(f"""
+The suite's Django project (tests/django_project) on Django 6 with each backend in turn, on a
+fresh database per run, {len(data['runs']) // len(by_system)} interleaved rounds, medians.
+End to end: a worker runs while one producer process enqueues {first['tasks']:,} no-op tasks
+outside any transaction; tasks over the time from the first enqueue to the last finish (the
+producer's own rate bounds it). Lateness: {first['deferred']:,} tasks deferred with
+`run_after` spread over {data.get('spread', 10):g} s, each task's start minus its run_after.
+django-tasks-db 0.13 runs `manage.py db_worker` at its defaults (one task at a time, a poll
+each second when idle: its lateness); delayq runs `manage.py delayq_worker` with one thread
+(the same concurrency) and with four.""")
+    return f"""## Django's task framework
+
+{run_line(data.get("command", "python bench/bench_djtasks.py"), data.get("revision"),
+          data.get("finished_at"), data.get("machine"))}
+
+{markdown_table(["backend and worker", "tasks/s end to end", "vs django-tasks-db",
+                 "lateness p50 ms", "lateness p99 ms"], rows, "lrrrr")}
+
+{how}
+"""
+
+
 @click.command()
 @click.option("--admin-url", default=DEFAULT_ADMIN_URL, show_default=True)
 @click.option("--rounds", default=2, show_default=True)
@@ -155,7 +200,7 @@ def main(admin_url: str, rounds: int, count: int, deferred: int, spread: float) 
             result["round"] = round_ + 1
             click.echo(json.dumps(result))
             runs.append(result)
-    path = write_results("djtasks", {"revision": git_revision(),
+    path = write_results("djtasks", {"revision": git_revision(), "spread": spread,
                                      "machine": machine_info(admin_url), "runs": runs})
     click.echo(f"wrote {path}")
 
