@@ -1660,3 +1660,17 @@ WHERE ctid = ANY(ARRAY(
     WHERE "tableName" = %(table_name)s AND "finishedAt" < %(before)s::bigint
     LIMIT %(limit)s
 ))
+
+-- task_kinds --
+-- The kinds that hold rows and start with `prefix`, by a loose index scan of the (pKind,
+-- scheduledAt) index: one descent per distinct kind of the table, whatever the rows per kind.
+-- Every kind is walked (in the column's collation, where a prefix's kinds need not be
+-- contiguous) and filtered after. A django.tasks worker polls only these (and the kinds its
+-- wake-ups name) of its 201 priorities per queue.
+WITH RECURSIVE k AS (
+    (SELECT "pKind" AS kind FROM {table} ORDER BY "pKind" LIMIT 1)
+    UNION ALL
+    SELECT (SELECT "pKind" FROM {table} WHERE "pKind" > k.kind ORDER BY "pKind" LIMIT 1)
+    FROM k WHERE k.kind IS NOT NULL
+)
+SELECT kind FROM k WHERE kind IS NOT NULL AND starts_with(kind, %(prefix)s)

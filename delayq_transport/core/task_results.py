@@ -152,6 +152,12 @@ class TaskResults:
                             list(errors or []), list(workers or []), payload is not None,
                             lock is not None)
 
+    def kinds(self) -> list[str]:
+        """The kinds of the prefix that hold rows now (waiting, leased or not yet acked)."""
+        rows = self.queue.db.fetchall(self._q["task_kinds"], {"prefix": self.prefix},
+                                      relaxed=True)
+        return [str(r[0]) for r in rows]
+
     def prune(self, before_ms: int, batch: int = PRUNE_BATCH) -> int:
         """Delete results that finished before ``before_ms``; returns how many."""
         total = 0

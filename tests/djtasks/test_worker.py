@@ -212,3 +212,25 @@ def test_the_page_shows_a_tasks_outcome_from_delayqs_task_results(dj_url: str) -
         page = client.get(f"/tasks/{ok.id}")  # it ran: the task page sends to its outcome
         assert page.status_code == 200 and "from delayq&#39;s task results" in page.text
         assert client.get(f"/api/outcomes/{'nope'}").status_code == 404
+
+
+def test_a_worker_polls_only_the_kinds_that_hold_rows() -> None:
+    """Of each queue's 201 priorities, the kinds a scan found or a wake-up named; every kind
+    when wake-ups cannot be heard."""
+    from delayq_transport.django.worker import LiveKinds
+
+    kinds = ["django:a:1", "django:b:1", "django:a:0", "django:b:0"]
+    found: list[str] = []
+    live = LiveKinds(kinds, lambda: list(found))
+    assert live.order() == ["django:a:1"]  # nothing known: one kind, never an empty poll
+    found += ["django:b:0", "celery"]
+    live.rescan()
+    assert live.order() == ["django:b:0"]
+    live.heard("\x1edjango:a:1")  # a search marker names its kind too
+    live.heard("django:other:5")  # not this worker's
+    assert live.order() == ["django:a:1", "django:b:0"]  # in priority order, and it stays
+    found.clear()
+    live.rescan()
+    assert live.order() == ["django:a:1", "django:b:0"]
+    live.everything = True
+    assert live.order() == kinds

@@ -96,3 +96,13 @@ def test_the_table_is_shared_and_uninstall_takes_only_a_tables_rows(database_url
         tables = [r[0] for r in conn.execute(
             'SELECT "tableName" FROM delayq_task_results').fetchall()]
     assert tables == ["delayed_queue"]
+
+
+def test_the_kinds_that_hold_rows_are_found_by_prefix(results: TaskResults) -> None:
+    """What a worker polls of its 201 priorities per queue (the others cost a descent each)."""
+    assert results.kinds() == []
+    for kind in ("django:mail:-3", "celery", "django:default:7", "django:default:7",
+                 "dramatiq:default", "djangoX:y:1"):
+        results.queue.with_kind(kind).offer(f"{kind}-{len(kind)}-{id(kind)}", b"{}")
+    results.queue.with_kind("django:default:7").offer("second", b"{}")
+    assert sorted(results.kinds()) == ["django:default:7", "django:mail:-3"]
