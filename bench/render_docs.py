@@ -47,6 +47,7 @@ SECTIONS = {
     "burst": "_burst_report",
     "peers": "_burst_report",
     "many_workers": "_burst_report",
+    "djtasks": "bench_djtasks",
 }
 #: README's comparison table: its own writer, from several results files.
 README_SECTION = "readme"

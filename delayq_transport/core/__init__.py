@@ -37,17 +37,22 @@ from .db import (
     validate_table_name,
 )
 from .integrations import CronHandle, CronMessage, CronService, DailySchedule, config_hash
+from .ledgers import StoredResult, TaskResults
 from .queue import (
     DelayedQueue,
     Envelope,
     KindStatus,
+    Listener,
     Offer,
     OfferOutcome,
     PublishBuffer,
+    Session,
     StoredMessage,
+    Subscription,
+    detached,
     transaction,
 )
-from .schema import migrate
+from .schema import migrate, require_schema
 
 __all__ = [
     "CronHandle",
@@ -63,6 +68,7 @@ __all__ = [
     "InvalidInput",
     "KindStatus",
     "ListenUndeliverable",
+    "Listener",
     "Offer",
     "OfferOutcome",
     "PermissionDenied",
@@ -71,10 +77,16 @@ __all__ = [
     "RunMismatch",
     "SchemaMissing",
     "ServerTimeout",
+    "Session",
     "StoredMessage",
+    "StoredResult",
+    "Subscription",
+    "TaskResults",
     "TransactionRefused",
     "config_hash",
+    "detached",
     "migrate",
+    "require_schema",
     "transaction",
     "validate_table_name",
 ]

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..formats import celery as celery_message
+from ..formats.django_tasks import decode_django_task, run_after_iso, with_run_after
 from ..formats.dramatiq import decode_dramatiq
 
 HIDDEN = "(hidden)"
@@ -187,3 +188,21 @@ def dramatiq_with_eta(payload: bytes, eta: datetime) -> bytes | None:
 
 
 register_decoder(Decoder("dramatiq", decode_dramatiq_message, dramatiq_with_eta))
+
+
+# -- Django's task framework (delayq_transport/django/tasks.py) ------------------------------
+
+
+def decode_django_task_message(payload: bytes) -> DecodedMessage | None:
+    """A django.tasks task (JSON, formats/django_tasks.py); the task id is the row's key."""
+    data = decode_django_task(payload)
+    if data is None:
+        return None
+    return DecodedMessage(
+        "django", task=data["task"], args=data["args"], kwargs=data["kwargs"],
+        eta=run_after_iso(data), priority=data["priority"],
+        properties={"queue": data["queue"], "backend": data["backend"],
+                    "enqueued_at": _iso_ms(data.get("enqueued_at"))})
+
+
+register_decoder(Decoder("django", decode_django_task_message, with_run_after))

@@ -15,14 +15,19 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from ..core import InvalidInput
+from ..core import DelayedQueue, InvalidInput, TaskResults
+from ..formats.django_tasks import KIND_PREFIX
 from .decoders import HIDDEN
 
 #: Seconds a result-backend read may take before the page gives up on it.
 BACKEND_TIMEOUT_S = 2.0
-READY_STATES = ("SUCCESS", "FAILURE", "REVOKED")
+#: Final states: Celery's, and Django's task framework's (its results are delayq's own).
+READY_STATES = ("SUCCESS", "FAILURE", "REVOKED", "SUCCESSFUL", "FAILED")
+#: States whose ``result`` is the exception (the page labels it so).
+FAILED_STATES = ("FAILURE", "RETRY", "FAILED")
 
 
 @dataclass
@@ -35,6 +40,9 @@ class Outcome:
     retries: int | None
     name: str | None
     error: str | None = None  # the backend could not be read
+    #: Where it was read: the app's result backend, or delayq's own task results (a task of
+    #: Django's task framework, written by ``manage.py delayq_worker``).
+    source: str = "result backend"
 
     @property
     def ready(self) -> bool:
@@ -44,7 +52,32 @@ class Outcome:
         return {"task_id": self.task_id, "state": self.state, "result": self.result,
                 "traceback": self.traceback, "date_done": self.date_done,
                 "retries": self.retries, "task": self.name, "ready": self.ready,
-                "error": self.error}
+                "error": self.error, "source": self.source}
+
+
+def task_result_outcome(queue: DelayedQueue, task_id: str, *, hide_results: bool = False
+                        ) -> Outcome | None:
+    """The outcome of a task of Django's task framework, from delayq's task results (None:
+    no worker started it, or it is not such a task). ``retries``: attempts after the first;
+    a failure's ``result`` is its exception class, its traceback the last attempt's."""
+    if not task_id or len(task_id) > 200:
+        return None
+    stored = TaskResults(queue, KIND_PREFIX).get(task_id)
+    if stored is None or stored.status is None:
+        return None
+    last = stored.errors[-1] if stored.errors else None
+    if stored.status == "SUCCESSFUL":
+        result: Any = HIDDEN if hide_results else stored.return_value
+    else:
+        result = last["exception_class_path"] if last else None
+    done = stored.finished_at_ms
+    return Outcome(task_id, stored.status, result, last["traceback"] if last else None,
+                   None if done is None else _iso_ms(done), max(len(stored.worker_ids) - 1, 0),
+                   str(stored.task.get("task")), source="delayq")
+
+
+def _iso_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
 
 
 def _jsonable(value: Any) -> Any:

@@ -22,7 +22,7 @@ from ..core import InvalidInput
 from ..core.queue import DelayedQueue
 from ..tasks import TaskInFlight, TaskNotFound, TaskService
 from ..tasks.deadletters import DeadLetterService
-from ..tasks.outcomes import Outcome, ResultBackend
+from ..tasks.outcomes import Outcome, ResultBackend, task_result_outcome
 from .jobs import BulkJobs
 from .security import WebConfig, csrf_ok
 
@@ -137,7 +137,12 @@ def render(request: Request, name: str, **context: Any) -> Response:
 
 
 async def outcome_of(request: Request, task_id: str) -> Outcome | None:
-    """The task's outcome for the task page, None without a result backend."""
+    """The task's outcome for the task page: delayq's own record of a task of Django's task
+    framework, else the app's result backend's; None: neither has one."""
     st = state(request)
+    own = await st.call(task_result_outcome, st.queue, task_id,
+                        hide_results=st.config.hide_args)
+    if own is not None:
+        return own
     backend = st.result_backend()
     return None if backend is None else await st.call(backend.outcome, task_id)

@@ -45,12 +45,14 @@ async def task_page(request: Request) -> Response:
     try:
         view = await st.call(st.service.find, ident)
     except TaskNotFound:
-        if st.result_backend() is None or ident.lstrip("#").isdigit():
+        if ident.lstrip("#").isdigit() or (st.result_backend() is None and await outcome_of(
+                request, ident) is None):
             raise
         return RedirectResponse(f"/outcomes/{ident}", status_code=303)  # ran: its outcome
-    celery = view.message is not None and view.message.format == "celery"
+    # Celery's outcome is in the app's result backend, a django.tasks task's in delayq's own.
+    with_outcome = view.message is not None and view.message.format in ("celery", "django")
     return render(request, "task.html", task=view.as_dict(full=True), view=view,
-                  outcome=await outcome_of(request, view.row.key) if celery else None)
+                  outcome=await outcome_of(request, view.row.key) if with_outcome else None)
 
 
 def _back(ident: str, msg: str, gone: bool = False) -> Response:

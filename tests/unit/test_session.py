@@ -87,7 +87,7 @@ class MemoryQueue:
             del self.rows[i]
         return len(gone)
 
-    def release(self, deliveries: Iterable[Any]) -> int:
+    def release(self, deliveries: Iterable[Any], delay: float = 0) -> int:
         back = self._matching(deliveries)
         for i in back:
             self.rows[i][2] = None

@@ -23,6 +23,8 @@ from .rows import row_maker
 
 TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
 MIGRATIONS_TABLE = "delayq_migrations"
+#: Django task framework results, one table shared by every queue table (core/ledgers).
+RESULTS_TABLE = "delayq_task_results"
 #: Blocks rendered per role by :func:`grant_statements`, not per table at start-up.
 GRANT_PREFIX = "grant_"
 #: Blocks that also name the table's schema, rendered by :func:`schema_statements` when used.

@@ -4,9 +4,10 @@ The run ledger (``<table>__runs``, :mod:`.runs`): which parts of a run were appl
 recorded in the transaction of its own rows (Spark's run ids and stream micro-batches; the
 queue's ``offer_once`` records ``delayq move-from``'s source ids in it too, and the scheduling
 integration its django-celery-beat run claims). ``delayq demo``'s own queue table, claim and
-run log (:mod:`.runlog`). Their statements are ``ledgers.sql``; the few a layer below or
-beside runs on the same ledger (``once_*`` of the queue, ``runs_prune_part`` of djbeat) live
-with the code that runs them.
+run log (:mod:`.runlog`). Django task framework results (``delayq_task_results``,
+:mod:`.task_results`: each task's attempts and outcome, migration 15). Their statements are
+``ledgers.sql``; the few a layer below or beside runs on the same ledger (``once_*`` of the
+queue, ``runs_prune_part`` of djbeat) live with the code that runs them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .runs import (
     run_state,
     validate_run_id,
 )
+from .task_results import StoredResult, TaskResults
 
 __all__ = [
     "COMPLETE_PART",
@@ -36,6 +38,8 @@ __all__ = [
     "RunLog",
     "RunPart",
     "RunState",
+    "StoredResult",
+    "TaskResults",
     "add_fingerprints",
     "demo_tables",
     "forget_run",

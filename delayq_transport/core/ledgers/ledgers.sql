@@ -77,3 +77,68 @@ ON CONFLICT DO NOTHING
 -- runlog_list --
 -- Every step so far, oldest first (the view keeps each task's latest).
 SELECT task_id, state, at FROM {demo_log} ORDER BY at
+
+-- task_results_start --
+-- A worker of Django's task framework begins an attempt (core/ledgers/task_results.py): the task's
+-- result row is created RUNNING, or marked RUNNING again with this worker appended, unless it is
+-- final already (the outcome was recorded, then the worker died before its ack was flushed: the
+-- redelivery is acked without running the task again). No row back: final already.
+INSERT INTO "delayq_task_results" AS r
+    ("tableName", "id", "task", "status", "enqueuedAt", "startedAt", "lastAttemptedAt",
+     "errors", "workerIds", "updatedAt")
+VALUES (%(table_name)s, %(id)s, %(task)s::jsonb, 'RUNNING', %(enqueued_at)s::bigint,
+        %(at)s::bigint, %(at)s::bigint, '[]'::jsonb, jsonb_build_array(%(worker_id)s::text),
+        %(at)s::bigint)
+ON CONFLICT ("tableName", "id") DO UPDATE
+SET "status" = 'RUNNING', "lastAttemptedAt" = EXCLUDED."lastAttemptedAt",
+    "workerIds" = r."workerIds" || EXCLUDED."workerIds", "updatedAt" = EXCLUDED."updatedAt"
+WHERE r."status" NOT IN ('SUCCESSFUL', 'FAILED')
+RETURNING r."startedAt", r."workerIds", r."errors"
+
+-- task_results_finish --
+-- An attempt's outcome: SUCCESSFUL or FAILED with its finish time, or READY again while a retry
+-- waits; its error (if any) appended, its return value (JSON) kept. Written before the queue
+-- row's ack.
+UPDATE "delayq_task_results"
+SET "status" = %(status)s, "finishedAt" = %(finished_at)s::bigint,
+    "returnValue" = %(return_value)s::jsonb, "errors" = "errors" || %(errors)s::jsonb,
+    "updatedAt" = %(at)s::bigint
+WHERE "tableName" = %(table_name)s AND "id" = %(id)s
+
+-- task_results_get --
+-- One task by key: its result row (none until a worker started it) and its queue row, waiting
+-- or leased, among the kinds that start with `prefix` (found by the (pKey, pKind) index).
+-- Always one row: both sides NULL means no such task.
+SELECT r."task", r."status", r."enqueuedAt", r."startedAt", r."lastAttemptedAt",
+       r."finishedAt", r."returnValue", r."errors", r."workerIds", q."payload", q."lockUuid"
+FROM (SELECT 1) AS one
+LEFT JOIN "delayq_task_results" AS r ON r."tableName" = %(table_name)s AND r."id" = %(id)s
+LEFT JOIN LATERAL (
+    SELECT "payload", "lockUuid" FROM {table}
+    WHERE "pKey" = %(id)s AND starts_with("pKind", %(prefix)s)
+    LIMIT 1
+) AS q ON true
+
+-- task_results_prune --
+-- Results that finished before `before`, at most `limit` per statement (the caller repeats
+-- while a batch was full), found by the (tableName, finishedAt) index.
+DELETE FROM "delayq_task_results"
+WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM "delayq_task_results"
+    WHERE "tableName" = %(table_name)s AND "finishedAt" < %(before)s::bigint
+    LIMIT %(limit)s
+))
+
+-- task_kinds --
+-- The kinds that hold rows and start with `prefix`, by a loose index scan of the (pKind,
+-- scheduledAt) index: one descent per distinct kind of the table, whatever the rows per kind.
+-- Every kind is walked (in the column's collation, where a prefix's kinds need not be
+-- contiguous) and filtered after. A django.tasks worker polls only these (and the kinds its
+-- wake-ups name) of its 201 priorities per queue.
+WITH RECURSIVE k AS (
+    (SELECT "pKind" AS kind FROM {table} ORDER BY "pKind" LIMIT 1)
+    UNION ALL
+    SELECT (SELECT "pKind" FROM {table} WHERE "pKind" > k.kind ORDER BY "pKind" LIMIT 1)
+    FROM k WHERE k.kind IS NOT NULL
+)
+SELECT kind FROM k WHERE kind IS NOT NULL AND starts_with(kind, %(prefix)s)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .counts import AT_LEAST, COUNT_CAP, ESTIMATE, kind_row_estimates, past_the_cap
 from .delayed_queue import DelayedQueue
-from .joined import Joined, current, set_implicit, transaction
+from .joined import Joined, current, detached, set_implicit, transaction
 from .leases import LEASES_CAP, queues_seen, workers
 from .listen import Listener
 from .once import OnceOffer, OnceOutcome
@@ -78,6 +78,7 @@ __all__ = [
     "check_linger",
     "count_all",
     "current",
+    "detached",
     "dead_letter",
     "dead_letters_count",
     "dead_letters_page",

@@ -70,14 +70,29 @@ _CURRENT: ContextVar[Joined | None] = ContextVar("delayq_transaction", default=N
 #: A framework's notion of "the current transaction" (the Django app's ``atomic()`` blocks),
 #: asked when no :func:`transaction` block is open; None: nothing to ask.
 _implicit: Callable[[], Joined | None] | None = None
+#: Inside :func:`detached`: the framework's transaction is not asked.
+_DETACHED: ContextVar[bool] = ContextVar("delayq_detached", default=False)
 
 
 def current() -> Joined | None:
     """The caller's transaction a publish made now joins, or None (delayq's own connection)."""
     joined = _CURRENT.get()
-    if joined is None and _implicit is not None:
+    if joined is None and _implicit is not None and not _DETACHED.get():
         return _implicit()
     return joined
+
+
+@contextmanager
+def detached() -> Iterator[None]:
+    """Publish on delayq's own connection inside this block (committed at once), even inside a
+    framework's transaction that :func:`set_implicit` would join (the Django task backend's
+    ``JOIN_ATOMIC = False`` beside ``DELAYQ_JOIN_ATOMIC``); a :func:`transaction` block opened
+    inside it still joins."""
+    token = _DETACHED.set(True)
+    try:
+        yield
+    finally:
+        _DETACHED.reset(token)
 
 
 def set_implicit(provider: Callable[[], Joined | None] | None) -> None:

@@ -107,7 +107,7 @@ class SessionQueue(Protocol):
 
     def ack_many(self, deliveries: Iterable[Delivery]) -> int: ...
 
-    def release(self, deliveries: Iterable[Delivery]) -> int: ...
+    def release(self, deliveries: Iterable[Delivery], delay: float = 0) -> int: ...
 
     def extend_lease(self, locks: Iterable[str]) -> int: ...
 
@@ -710,11 +710,14 @@ class Session:
         if full:
             self.flush()
 
-    def release(self, sub: Subscription, deliveries: Iterable[Delivery]) -> int:
-        """Give rows back at once: due again, for any consumer."""
+    def release(self, sub: Subscription, deliveries: Iterable[Delivery], delay: float = 0
+                ) -> int:
+        """Give rows back at once: due again (``delay`` seconds from now), for any consumer."""
         gone = sub._forget(deliveries)
         sub.wanted = True
-        return self.queue.release(gone) if gone else 0
+        if not gone:
+            return 0
+        return self.queue.release(gone, delay) if delay else self.queue.release(gone)
 
     def dead_letter(self, sub: Subscription, deliveries: Sequence[Delivery], to_kind: str,
                     retention_s: float, payloads: Sequence[bytes | None]) -> int:

@@ -260,9 +260,14 @@ DELETE FROM {migrations} WHERE "tableName" = %(table_name)s
 WITH entries AS (DELETE FROM "delayq_schedule_entries" WHERE "tableName" = %(table_name)s)
 DELETE FROM "delayq_schedule_installed" WHERE "tableName" = %(table_name)s
 
+-- uninstall_forget_task_results --
+-- The table's task results (core/ledgers/task_results.py).
+DELETE FROM "delayq_task_results" WHERE "tableName" = %(table_name)s
+
 -- uninstall_drop_shared --
 -- The tables every queue table of the database shares, once no queue table is left.
-DROP TABLE IF EXISTS {migrations}, "delayq_schedule_entries", "delayq_schedule_installed"
+DROP TABLE IF EXISTS {migrations}, "delayq_schedule_entries", "delayq_schedule_installed",
+    "delayq_task_results"
 
 -- Blocks named schema_* take {schema} (the queue table's schema) and, for grants, {role} as
 -- extra identifiers, like the grant_* blocks below; core/schema/migrations.py renders them at migration.
@@ -303,12 +308,14 @@ GRANT pg_monitor TO {role}
 -- extend leases and release (UPDATE), publish (tasks send tasks, retries, replies: INSERT and the
 -- id sequence), route (bindings), and read the migrations ledger on start. LISTEN needs no grant.
 -- Spark jobs run as this role (or as a producer) record and prune the run ledger (runs).
+-- Django's task workers record each attempt in the task results and prune them.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table}, {schema}.{bindings} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
-GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_task_results" TO {role}
 
 -- grant_beat --
 -- celery beat with the delayq scheduler (run it as the worker role): its two state tables.
@@ -319,14 +326,16 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_schedule_entries", {sch
 -- on every queue declaration (SELECT), declare bindings (no DELETE), read the ledger. Without
 -- UPDATE and DELETE a producer cannot take, delay or delete anyone's rows; revoking a waiting
 -- task it names goes through the revoke function (EXECUTE). Spark jobs (often run as a
--- producer) record applied parts in the run ledger and prune it (DELETE there only).
+-- producer) record applied parts in the run ledger and prune it (DELETE there only). Django's
+-- get_result reads the task results (SELECT).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT ON {schema}.{table} TO {role};
 GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.{bindings} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
-GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
+GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role};
+GRANT SELECT ON {schema}."delayq_task_results" TO {role}
 
 -- grant_monitor --
 -- `delayq status` / `delayq metrics` for a dashboard or Prometheus: read-only (the beat tables too:

@@ -3,8 +3,9 @@
 Only what delayq creates, by exact name: the queue table with its three indexes, triggers and
 id sequence, the bindings table, the run ledger, the NOTIFY, revoke and search functions, the
 opt-in search index, the demo's run log (when it carries the demo's mark), the table's rows in
-the shared tables, and the shared tables themselves (migrations ledger, schedule entries) once no
-other queue table is recorded. A table not in the migrations ledger is not delayq's: refused.
+the shared tables, and the shared tables themselves (migrations ledger, schedule entries, task
+results) once no other queue table is recorded. A table not in the migrations ledger is not
+delayq's: refused.
 An index or trigger someone else added to these tables would go with them, so uninstall
 refuses while one exists and names it. delayq creates no roles; the ``pg_trgm`` extension the
 search index may have brought is left in place (other things may use it).
@@ -19,7 +20,13 @@ import psycopg
 
 from ..db.database import Database
 from ..db.errors import DelayqError, ServerTimeout
-from ..db.queries import MIGRATIONS_TABLE, Queries, demo_log_name, runs_table_name
+from ..db.queries import (
+    MIGRATIONS_TABLE,
+    RESULTS_TABLE,
+    Queries,
+    demo_log_name,
+    runs_table_name,
+)
 from .migrations import (
     ENTRIES_TABLE,
     INSTALLED_TABLE,
@@ -29,7 +36,7 @@ from .migrations import (
     serialise_schema_work,
 )
 
-SHARED_TABLES = (MIGRATIONS_TABLE, ENTRIES_TABLE, INSTALLED_TABLE)
+SHARED_TABLES = (MIGRATIONS_TABLE, ENTRIES_TABLE, INSTALLED_TABLE, RESULTS_TABLE)
 #: ``relkind`` of the relations uninstall drops: ordinary tables (and their id sequence).
 TABLE_KIND = "r"
 SEQUENCE_KIND = "S"
@@ -58,6 +65,7 @@ class UninstallPlan:
     other_tables: list[str] = field(default_factory=list)
     demo_log: bool = False
     schedule_tables: bool = False
+    results_table: bool = False
     shared: list[str] = field(default_factory=list)
 
 
@@ -103,6 +111,9 @@ def plan_uninstall(db: Database, table: str) -> UninstallPlan:
     if plan.schedule_tables:
         plan.drop.append(DbObject("rows", f"{ENTRIES_TABLE}, {INSTALLED_TABLE}",
                                   f"the schedule entries of {table}"))
+    plan.results_table = RESULTS_TABLE in found
+    if plan.results_table:
+        plan.drop.append(DbObject("rows", RESULTS_TABLE, f"the task results of {table}"))
     if not plan.other_tables:
         plan.shared = [n for n in SHARED_TABLES if n in found]
         plan.drop += [DbObject("table", n, "shared; no other queue table left")
@@ -151,6 +162,8 @@ def uninstall(db: Database, table: str, *, lock_timeout: str = "5s") -> Uninstal
             conn.execute(q["uninstall_forget_ledger"], {"table_name": table})
             if plan.schedule_tables:
                 conn.execute(q["uninstall_forget_schedule"], {"table_name": table})
+            if plan.results_table:
+                conn.execute(q["uninstall_forget_task_results"], {"table_name": table})
             if plan.shared:
                 conn.execute(q["uninstall_drop_shared"])
 

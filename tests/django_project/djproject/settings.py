@@ -14,7 +14,10 @@
   ``django_celery_results`` (the result backend ``django-db``) and the admin (with auth,
   sessions and messages, at ``/admin/``); ``DJANGO_BEAT_SCHEDULER``, ``DJANGO_BEAT_SOURCE``,
   ``DJANGO_BEAT_REFRESH``: Celery's ``beat_scheduler`` and delayq_beat's
-  ``delayq_beat_source`` / ``delayq_beat_refresh_interval`` (seconds).
+  ``delayq_beat_source`` / ``delayq_beat_refresh_interval`` (seconds);
+* ``DJANGO_TASKS_OPTIONS``: JSON, the ``OPTIONS`` of ``TASKS["default"]``, delayq's backend of
+  Django's task framework (Django 6; older versions ignore ``TASKS``; tasks: shop/djtasks.py);
+  ``DJANGO_TASKS_BACKEND=db``: django-tasks-db's backend instead (bench/bench_djtasks.py).
 """
 
 from __future__ import annotations
@@ -62,6 +65,19 @@ DATABASES = {
 # delayq: tasks published inside transaction.atomic() on "default" join its transaction.
 DELAYQ_JOIN_ATOMIC = os.environ.get("DJANGO_DELAYQ_JOIN_ATOMIC", "1") == "1"
 DELAYQ_DATABASE = "default"
+
+# Django 6's task framework on delayq (tests/djtasks), in the same table as Celery's tasks.
+TASKS = {
+    "default": {
+        "BACKEND": "delayq_transport.django.tasks.DelayqBackend",
+        "QUEUES": ["default", "mail"],
+        "OPTIONS": json.loads(os.environ.get("DJANGO_TASKS_OPTIONS", "{}")),
+    },
+}
+if os.environ.get("DJANGO_TASKS_BACKEND") == "db":  # the peer bench/bench_djtasks.py compares
+    INSTALLED_APPS += ["django_tasks_db"]
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend",
+                         "QUEUES": ["default", "mail"]}}
 
 CELERY_BROKER_URL = os.environ.get("DJANGO_BROKER_URL") or broker_url(DATABASES["default"])
 CELERY_BROKER_TRANSPORT_OPTIONS = json.loads(os.environ.get("DELAYQ_TRANSPORT_OPTIONS", "{}"))

@@ -25,3 +25,15 @@ class Tick(models.Model):
     task_id = models.CharField(max_length=64)
     at_ms = models.BigIntegerField(null=True)  # the occurrence's time (beat's header)
     ran = models.DateTimeField(auto_now_add=True)
+
+
+class TaskRun(models.Model):
+    """One run of a ``django.tasks`` task of shop/djtasks.py (Django 6): which task, which
+    result, which attempt, in which worker process. One row per run, so a duplicate run shows
+    as two rows with one result id."""
+
+    label = models.CharField(max_length=200)
+    result_id = models.CharField(max_length=64)
+    attempt = models.IntegerField()
+    pid = models.IntegerField()
+    ran = models.DateTimeField(auto_now_add=True)

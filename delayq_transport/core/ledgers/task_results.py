@@ -1,0 +1,169 @@
+"""Task results: what a worker records about each task it runs, readable from any process.
+
+Django's task framework (``django.tasks``, delayq_transport/django/tasks.py) asks a backend for
+a task's status, timestamps, return value, errors and the workers that ran it. A task's queue
+row says whether it waits (READY) or is leased; what happened to it once it ran outlives the
+row, which is deleted by its ack. So each run's outcome is kept here, in one table shared by
+every queue table of the database (``delayq_task_results``, keyed by the queue table's name
+and the task's key, as the scheduling engine's tables are):
+
+* :meth:`TaskResults.start`: an attempt begins (status RUNNING, this worker appended), unless
+  the row is final already: the outcome was recorded, then the worker died before its ack was
+  flushed, and the redelivery must not run the task a second time;
+* :meth:`TaskResults.finish`: the attempt's outcome (SUCCESSFUL, FAILED, or READY again while a
+  retry waits), its error appended, its return value kept; written before the queue row is
+  acked, so a crash in between re-delivers a row whose result is final (see ``start``);
+* :meth:`TaskResults.get`: the result row and the task's queue row by key, in one statement;
+* :meth:`TaskResults.prune`: finished results older than a retention, a batch at a time.
+
+Times are epoch milliseconds given by the caller (the worker's clock, as Django's own
+backends take ``timezone.now()``). JSON values are passed as JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ..db.queries import RESULTS_TABLE
+from ..schema.migrations import Migration, ddl, register_migration
+
+if TYPE_CHECKING:
+    from sqlalchemy import MetaData, Table
+
+    from ..db.queries import Queries
+    from ..queue import DelayedQueue
+
+#: The shared table (one per database, rows keyed by ``tableName``).
+#: Statuses a result does not leave (a redelivery of a task in one of them is only acked).
+FINAL = ("SUCCESSFUL", "FAILED")
+#: Rows deleted per statement by :meth:`TaskResults.prune`.
+PRUNE_BATCH = 1000
+
+
+def task_results_table(metadata: MetaData | None = None) -> Table:
+    from sqlalchemy import BigInteger, Column, Index, MetaData, String, Table
+    from sqlalchemy.dialects.postgresql import JSONB
+
+    table = Table(
+        RESULTS_TABLE, metadata or MetaData(),
+        Column("tableName", String(31), primary_key=True),
+        Column("id", String(200), primary_key=True),
+        Column("task", JSONB, nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("enqueuedAt", BigInteger, nullable=True),
+        Column("startedAt", BigInteger, nullable=True),
+        Column("lastAttemptedAt", BigInteger, nullable=True),
+        Column("finishedAt", BigInteger, nullable=True),
+        Column("returnValue", JSONB, nullable=True),
+        Column("errors", JSONB, nullable=False, server_default="[]"),
+        Column("workerIds", JSONB, nullable=False, server_default="[]"),
+        Column("updatedAt", BigInteger, nullable=False),
+    )
+    Index(f"{RESULTS_TABLE}__by_finished_at", table.c.tableName, table.c.finishedAt)
+    return table
+
+
+def _create_task_results_table(conn: psycopg.Connection[Any], q: Queries) -> None:
+    """Migration 15 (idempotent: CREATE ... IF NOT EXISTS, the table is shared)."""
+    for statement in ddl(task_results_table()):
+        conn.execute(statement)
+
+
+register_migration(Migration(
+    15, "task results (django.tasks): one row per task a worker started, pruned after a "
+    "retention", _create_task_results_table, lock="none"))
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """An attempt that :meth:`TaskResults.start` began: the result as it now reads."""
+
+    started_at_ms: int
+    worker_ids: list[str]
+    errors: list[dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """One task as :meth:`TaskResults.get` reads it. ``task`` is the JSON the task was
+    enqueued with; ``status`` None: no worker started it yet (its queue row waits, or is
+    leased when ``leased``)."""
+
+    task: dict[str, Any]
+    status: str | None
+    enqueued_at_ms: int | None
+    started_at_ms: int | None
+    last_attempted_at_ms: int | None
+    finished_at_ms: int | None
+    return_value: Any
+    errors: list[dict[str, str]]
+    worker_ids: list[str]
+    queued: bool
+    leased: bool
+
+
+class TaskResults:
+    """The results of the tasks of one queue table whose kinds start with ``prefix``."""
+
+    def __init__(self, queue: DelayedQueue, prefix: str) -> None:
+        self.queue = queue
+        self.prefix = prefix
+        self._q: Queries = queue.queries
+        self._table = queue.table
+
+    def start(self, key: str, task_json: str, enqueued_at_ms: int | None, worker_id: str,
+              at_ms: int) -> Attempt | None:
+        """Begin an attempt; None: the result is final already (do not run it again)."""
+        rows = self.queue.db.fetchall(self._q["task_results_start"], {
+            "table_name": self._table, "id": key, "task": task_json,
+            "enqueued_at": enqueued_at_ms, "worker_id": worker_id, "at": at_ms,
+        }, relaxed=True)
+        if not rows:
+            return None
+        started, workers, errors = rows[0]
+        return Attempt(int(started), list(workers), list(errors))
+
+    def finish(self, key: str, status: str, at_ms: int, *, finished: bool,
+               return_json: str | None = None, error: dict[str, str] | None = None) -> None:
+        """Record an attempt's outcome (``finished``: the task will not run again)."""
+        self.queue.db.execute(self._q["task_results_finish"], {
+            "table_name": self._table, "id": key, "status": status, "at": at_ms,
+            "finished_at": at_ms if finished else None, "return_value": return_json,
+            "errors": json.dumps([] if error is None else [error]),
+        }, relaxed=True)
+
+    def get(self, key: str) -> StoredResult | None:
+        """The task with this key, or None if neither a result nor a queue row has it."""
+        row = self.queue.db.fetchone(self._q["task_results_get"], {
+            "table_name": self._table, "id": key, "prefix": self.prefix})
+        if row is None:
+            return None
+        (task, status, enqueued, started, attempted, finished, value, errors, workers,
+         payload, lock) = row
+        if task is None and payload is None:
+            return None
+        if task is None:
+            task = json.loads(bytes(payload))
+        return StoredResult(task, status, enqueued, started, attempted, finished, value,
+                            list(errors or []), list(workers or []), payload is not None,
+                            lock is not None)
+
+    def kinds(self) -> list[str]:
+        """The kinds of the prefix that hold rows now (waiting, leased or not yet acked)."""
+        rows = self.queue.db.fetchall(self._q["task_kinds"], {"prefix": self.prefix},
+                                      relaxed=True)
+        return [str(r[0]) for r in rows]
+
+    def prune(self, before_ms: int, batch: int = PRUNE_BATCH) -> int:
+        """Delete results that finished before ``before_ms``; returns how many."""
+        total = 0
+        while True:
+            n = self.queue.db.execute(self._q["task_results_prune"], {
+                "table_name": self._table, "before": before_ms, "limit": batch}, relaxed=True)
+            total += n
+            if n < batch:
+                return total

@@ -1,0 +1,423 @@
+"""Django's task framework (``django.tasks``, Django 6) on delayq: a production backend,
+imported by its users as ``delayq_transport.django.tasks`` (which stays importable on older
+Django: Celery's Django fixup imports every app's ``tasks`` module).
+
+``TASKS = {"default": {"BACKEND": "delayq_transport.django.tasks.DelayqBackend"}}`` and
+``manage.py delayq_worker`` (:mod:`.worker`). A thin front end on the core:
+
+* **enqueue** is the core's one publish path (:meth:`DelayedQueue.offer`): one row per task in
+  the queue table, its key the result id, its kind ``django:<queue>:<priority>``, its payload
+  the task's JSON, due at ``run_after`` (to the millisecond) or now. Inside ``atomic()`` on the
+  backend's database the row is written in that transaction (core ``transaction()``, as
+  ``DELAYQ_JOIN_ATOMIC`` does for Celery): a worker sees it once the block commits, never if it
+  rolls back. Outside ``atomic()`` it commits at once. On by default (``JOIN_ATOMIC``).
+* **results** (core/task_results.py): a worker records each attempt (RUNNING, then SUCCESSFUL,
+  FAILED, or READY again while a retry waits) in ``delayq_task_results``; ``get_result`` reads
+  that row and the task's queue row in one statement, from any process. Results that finished
+  longer ago than ``RESULT_RETENTION`` are pruned by the workers.
+* **priority** −100..100: one kind per (queue, priority); a worker polls all its kinds in one
+  statement, highest priority first across its queues.
+
+OPTIONS (all optional):
+
+``DATABASE``          the ``DATABASES`` alias of the queue table (default ``"default"``)
+``TABLE``             the queue table (default ``"delayed_queue"``, shared with Celery's)
+``JOIN_ATOMIC``       write inside the alias's ``atomic()`` blocks (default True)
+``RETRIES``           retries of a failed task (default 0; per task: :func:`retry`)
+``BACKOFF``           seconds before the first retry, doubled each time (default 1.0)
+``MAX_BACKOFF``       longest wait between retries, seconds (default 3600)
+``LEASE``             seconds a running task's row is held between extensions (default 60):
+                      a killed worker's task runs again this long after it died
+``RESULT_RETENTION``  seconds finished results are kept (default 7 days; None: forever)
+``POLLING_INTERVAL``  seconds between a worker's fallback polls (default 5; wake-ups are
+                      LISTEN/NOTIFY)
+``POOL_SIZE``         most connections of the process' pool (default 8)
+``PERIODIC``          periodic tasks by name (delayq_transport/django/periodic.py)
+
+Needs Django 6 (Python >= 3.12); the django-tasks backport on older Django is not supported
+yet.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.core import checks
+from django.db import connections
+from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskError
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from ..core import (
+    Database,
+    DatabaseUnavailable,
+    DelayedQueue,
+    DelayqError,
+    SchemaMissing,
+    StoredResult,
+    TaskResults,
+    detached,
+    require_schema,
+    transaction,
+)
+from ..formats.django_tasks import KIND_PREFIX, MIN_PRIORITY, kind_of, kinds_for
+from . import database_url
+
+__all__ = ["KIND_PREFIX", "DelayqBackend", "kind_of", "kinds_for", "retry", "task_backends"]
+
+log = logging.getLogger(__name__)
+
+#: A kind is at most 100 characters: the queue name's share.
+MAX_QUEUE_NAME = 100 - len(KIND_PREFIX) - len(f":{MIN_PRIORITY}")
+DEFAULT_RESULT_RETENTION_S = 7 * 86400.0
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def retry(retries: int, *, backoff: float | None = None) -> Callable[[F], F]:
+    """A task's own retry policy, under ``@task`` (Django 6.0's ``task()`` takes no options of
+    a backend's)::
+
+        @task()
+        @retry(3, backoff=2.0)
+        def charge(order_id): ...
+
+    ``retries``: how many more times a failed task runs; ``backoff``: seconds before the first
+    retry, doubled each time (default: the backend's ``BACKOFF``)."""
+    if not isinstance(retries, int) or retries < 0:
+        raise ValueError("retries must be a whole number >= 0")
+    if backoff is not None and backoff < 0:
+        raise ValueError("backoff must be >= 0 seconds")
+
+    def mark(func: F) -> F:
+        func.delayq_retries = retries  # type: ignore[attr-defined]
+        func.delayq_backoff = backoff  # type: ignore[attr-defined]
+        return func
+
+    return mark
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def aware(at: datetime) -> datetime:
+    """A naive datetime (``USE_TZ = False``) is in the current time zone, as Django has it."""
+    return timezone.make_aware(at) if timezone.is_naive(at) else at
+
+
+def to_ms(at: datetime) -> int:
+    # Exact: int(timestamp() * 1000) truncates 2.156 s to 2155 ms.
+    return (aware(at) - EPOCH) // timedelta(milliseconds=1)
+
+
+def to_us(at: datetime) -> int:
+    return (aware(at) - EPOCH) // timedelta(microseconds=1)
+
+
+def from_us(us: int | None) -> datetime | None:
+    if us is None:
+        return None
+    at = EPOCH + timedelta(microseconds=us)
+    return at if settings.USE_TZ else timezone.make_naive(at)
+
+
+def from_ms(ms: int | None) -> datetime | None:
+    if ms is None:
+        return None
+    at = EPOCH + timedelta(milliseconds=ms)
+    return at if settings.USE_TZ else timezone.make_naive(at)
+
+
+def now_ms() -> int:
+    return to_ms(timezone.now())
+
+
+# -- the process' store: one pool per database and table, whatever the thread ------------------
+
+@dataclass
+class Store:
+    """What every backend instance of a process shares for one (database, table): Django makes
+    a backend per thread, a pool each would multiply connections."""
+
+    db: Database
+    queue: DelayedQueue
+    results: TaskResults
+    pid: int
+    _kinds: dict[str, DelayedQueue]
+
+    def queue_for(self, kind: str) -> DelayedQueue:
+        q = self._kinds.get(kind)
+        if q is None:
+            q = self._kinds[kind] = self.queue.with_kind(kind)
+        return q
+
+    def close(self) -> None:
+        self.queue.close()
+        self.db.close()
+
+
+_STORES: dict[tuple[str, str], Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def store_for(url: str, table: str, pool_size: int) -> Store:
+    """The process' store for this database and table (a forked child makes its own)."""
+    key = (url, table)
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+        if store is not None and store.pid == os.getpid():
+            return store
+        db = Database(url, min_size=0, max_size=pool_size)
+        try:
+            queue = DelayedQueue(db, kind=kind_of("default", 0), table=table,
+                                 ensure_schema=False)
+        except BaseException:
+            db.close()
+            raise
+        store = _STORES[key] = Store(db, queue, TaskResults(queue, KIND_PREFIX), os.getpid(), {})
+        return store
+
+
+def close_stores() -> None:
+    """Close every pool of this process (tests, and a worker on its way out)."""
+    with _STORES_LOCK:
+        stores = [s for s in _STORES.values() if s.pid == os.getpid()]
+        _STORES.clear()
+    for store in stores:
+        store.close()
+
+
+# -- payloads ---------------------------------------------------------------------------------
+
+def storable(value: Any) -> Any:
+    """``value`` (normalised JSON) if PostgreSQL's jsonb can hold it: not a NUL character in a
+    string (JSON can, jsonb cannot), else ValueError."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("a string holds a NUL character, which PostgreSQL (jsonb) cannot "
+                             "store")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            storable(k)
+            storable(v)
+    elif isinstance(value, list):
+        for v in value:
+            storable(v)
+    return value
+
+
+def encode(result: TaskResult) -> bytes:
+    """The queue row's payload: what a worker needs to rebuild the task and its result."""
+    task = result.task
+    return json.dumps({
+        "task": task.module_path,
+        "args": storable(result.args),
+        "kwargs": storable(result.kwargs),
+        "backend": result.backend,
+        "queue": task.queue_name,
+        "priority": task.priority,
+        # Microseconds: the result read back equals the one enqueue returned (the row's
+        # scheduledAt has it in milliseconds).
+        "run_after_us": None if task.run_after is None else to_us(task.run_after),
+        "enqueued_at": None if result.enqueued_at is None else to_ms(result.enqueued_at),
+    }, separators=(",", ":"), allow_nan=False).encode()
+
+
+def task_of(data: dict[str, Any]) -> Task:
+    """The enqueued task, with the queue, priority, run_after and backend it was enqueued with."""
+    task = import_string(data["task"])
+    if not isinstance(task, Task):
+        raise InvalidTask(f"{data['task']!r} is not a task (decorate it with @task)")
+    run_after = from_us(data.get("run_after_us"))
+    return task.using(priority=data["priority"], queue_name=data["queue"],
+                      run_after=run_after, backend=data["backend"])
+
+
+def errors_of(stored: list[dict[str, str]]) -> list[TaskError]:
+    return [TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
+            for e in stored]
+
+
+def result_of(key: str, stored: StoredResult) -> TaskResult:
+    """A ``TaskResult`` from what the database holds about a task."""
+    data = stored.task
+    status = TaskResultStatus(stored.status) if stored.status else TaskResultStatus.READY
+    result = TaskResult(
+        task=task_of(data), id=key, status=status,
+        enqueued_at=from_ms(data.get("enqueued_at") if stored.enqueued_at_ms is None
+                            else stored.enqueued_at_ms),
+        started_at=from_ms(stored.started_at_ms),
+        finished_at=from_ms(stored.finished_at_ms),
+        last_attempted_at=from_ms(stored.last_attempted_at_ms),
+        args=data["args"], kwargs=data["kwargs"], backend=data["backend"],
+        errors=errors_of(stored.errors), worker_ids=list(stored.worker_ids),
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", stored.return_value)
+    return result
+
+
+# -- the backend ----------------------------------------------------------------------------
+
+class DelayqBackend(BaseTaskBackend):
+    """``django.tasks`` on delayq (see the module docstring for its OPTIONS)."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        options = self.options
+        self.database: str = options.get("DATABASE", "default")
+        self.table: str = options.get("TABLE", "delayed_queue")
+        self.join_atomic: bool = bool(options.get("JOIN_ATOMIC", True))
+        self.retries: int = int(options.get("RETRIES", 0))
+        self.backoff: float = float(options.get("BACKOFF", 1.0))
+        self.max_backoff: float = float(options.get("MAX_BACKOFF", 3600.0))
+        self.lease: float = float(options.get("LEASE", 60.0))
+        retention = options.get("RESULT_RETENTION", DEFAULT_RESULT_RETENTION_S)
+        self.result_retention: float | None = None if retention is None else float(retention)
+        self.polling_interval: float = float(options.get("POLLING_INTERVAL", 5.0))
+        self.pool_size: int = int(options.get("POOL_SIZE", 8))
+        #: Periodic tasks (delayq_transport/django/periodic.py), installed by the workers.
+        self.periodic: dict[str, Any] = dict(options.get("PERIODIC") or {})
+
+    # -- the store -------------------------------------------------------------------------
+
+    def url(self) -> str:
+        return database_url(self.database)
+
+    def store(self) -> Store:
+        return store_for(self.url(), self.table, self.pool_size)
+
+    def queue_names(self) -> list[str]:
+        """The queues a worker takes by default: ``QUEUES`` (sorted), or ``default``."""
+        return sorted(self.queues) or ["default"]
+
+    # -- the contract ----------------------------------------------------------------------
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        if len(task.queue_name) > MAX_QUEUE_NAME:
+            raise InvalidTask(f"queue name {task.queue_name[:40]!r}... is longer than "
+                              f"{MAX_QUEUE_NAME} characters")
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        result = TaskResult(
+            task=task, id=str(uuid.uuid4()), status=TaskResultStatus.READY,
+            # Whole milliseconds, as stored: get_result() then returns an equal result.
+            enqueued_at=from_ms(now_ms()), started_at=None, last_attempted_at=None,
+            finished_at=None, args=args, kwargs=kwargs, backend=self.alias, errors=[],
+            worker_ids=[],
+        )
+        payload = encode(result)  # args/kwargs as JSON (TaskResult normalised them)
+        queue = self.store().queue_for(kind_of(task.queue_name, task.priority))
+        run_after = None if task.run_after is None else aware(task.run_after)
+        connection = connections[self.database]
+        if not self.join_atomic:
+            with detached():  # even where DELAYQ_JOIN_ATOMIC would join
+                queue.offer(result.id, payload, run_after, can_update=False)
+        elif connection.in_atomic_block:
+            with transaction(connection):
+                queue.offer(result.id, payload, run_after, can_update=False)
+        else:
+            queue.offer(result.id, payload, run_after, can_update=False)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: Any) -> TaskResult:
+        key = str(result_id)
+        stored = self.store().results.get(key) if key else None
+        if stored is None:
+            raise TaskResultDoesNotExist(key)
+        return result_of(key, stored)
+
+    # -- retries ---------------------------------------------------------------------------
+
+    def retries_of(self, task: Task) -> int:
+        own = getattr(task.func, "delayq_retries", None)
+        return self.retries if own is None else int(own)
+
+    def backoff_s(self, task: Task, attempts: int) -> float:
+        """Seconds before the retry that follows attempt number ``attempts`` (1-based)."""
+        own = getattr(task.func, "delayq_backoff", None)
+        base = self.backoff if own is None else float(own)
+        return min(base * 2 ** max(attempts - 1, 0), self.max_backoff)
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def check(self, **kwargs: Any) -> Iterator[checks.CheckMessage]:
+        yield from super().check(**kwargs)
+        where = f"TASKS[{self.alias!r}]"
+        databases = settings.DATABASES
+        if self.database not in databases:
+            yield checks.Error(
+                f"{where}: OPTIONS DATABASE = {self.database!r} is not in DATABASES (have: "
+                f"{', '.join(sorted(databases)) or 'none'})",
+                hint="name the DATABASES alias whose database holds delayq's table",
+                id="delayq.E001")
+            return
+        engine = str(databases[self.database].get("ENGINE", ""))
+        if "postgresql" not in engine and "postgis" not in engine:
+            yield checks.Error(
+                f"{where}: DATABASES[{self.database!r}] uses {engine or 'no ENGINE'}; delayq "
+                "keeps tasks in PostgreSQL", hint="point OPTIONS DATABASE at a PostgreSQL "
+                "alias (django.db.backends.postgresql)", id="delayq.E002")
+            return
+        joined = getattr(settings, "DELAYQ_DATABASE", "default")
+        if getattr(settings, "DELAYQ_JOIN_ATOMIC", False) and joined != self.database:
+            yield checks.Error(
+                f"{where}: DELAYQ_JOIN_ATOMIC joins the atomic() blocks of {joined!r} "
+                f"(DELAYQ_DATABASE) but this backend's table is in {self.database!r}: a task "
+                "enqueued in such a block would be refused (another database)",
+                hint="set DELAYQ_DATABASE to the backend's DATABASE, or turn "
+                "DELAYQ_JOIN_ATOMIC off (the backend joins its own database's atomic())",
+                id="delayq.E003")
+        for name in sorted(self.queues):
+            if len(name) > MAX_QUEUE_NAME:
+                yield checks.Error(f"{where}: queue name {name[:40]!r}... is longer than "
+                                   f"{MAX_QUEUE_NAME} characters", id="delayq.E004")
+        if "delayq_transport.django" not in settings.INSTALLED_APPS:
+            yield checks.Warning(
+                f"{where}: 'delayq_transport.django' is not in INSTALLED_APPS, so "
+                "`manage.py delayq_worker` is not available",
+                hint="add 'delayq_transport.django' to INSTALLED_APPS", id="delayq.W001")
+        if self.periodic:
+            from .periodic import entry_specs
+
+            for name, spec in entry_specs(self.periodic).items():
+                if isinstance(spec, Exception):
+                    yield checks.Error(f"{where}: OPTIONS PERIODIC {name!r}: {spec}",
+                                       id="delayq.E005")
+        yield from self._check_schema(where)
+
+    def _check_schema(self, where: str) -> Iterator[checks.CheckMessage]:
+        """The table, read-only. A warning, not an error: ``manage.py migrate`` runs the checks
+        first, and delayq's tables are made by ``delayq migrate`` or the worker, not by it."""
+        try:
+            require_schema(self.store().db, self.table)
+        except SchemaMissing as exc:
+            yield checks.Warning(
+                f"{where}: {exc}", hint=f"run `delayq --table {self.table} migrate` against "
+                f"DATABASES[{self.database!r}] (or start `manage.py delayq_worker`, which "
+                "creates the tables): enqueue fails until then", id="delayq.W002")
+        except (DatabaseUnavailable, DelayqError) as exc:
+            yield checks.Warning(f"{where}: cannot check delayq's table in DATABASES"
+                                 f"[{self.database!r}]: {exc}", id="delayq.W003")
+

@@ -1,0 +1,1 @@
+"""``manage.py delayq_worker`` (:mod:`.delayq_worker`)."""

@@ -1,0 +1,1 @@
+"""Django 6's task framework on delayq (see conftest.py)."""

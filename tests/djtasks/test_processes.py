@@ -1,0 +1,205 @@
+"""Real worker processes (``manage.py delayq_worker``): results read by a process that did not
+enqueue, graceful shutdown (a running task finishes, or is given back at the timeout and runs
+again elsewhere), several processes under one parent, crash histories (the worker killed after
+it claimed a task, after the task's external effect, after it wrote the outcome; a
+``task_started`` or ``task_finished`` receiver that raises), and counted concurrency: 4
+enqueuing processes, a seeded half of their transactions rolled back, exactly the committed
+tasks run, once each (at least once for what a SIGKILLed worker held).
+
+What each crash leaves, as docs/how-to/django-tasks.md states it (a 1.5-s lease here):
+
+================  ==========  =================  =========================================
+killed            task ran    final status       why
+================  ==========  =================  =========================================
+after claiming    1 time      SUCCESSFUL         the lease ends, another worker runs it
+after the effect  2 times     SUCCESSFUL         the same: at least once, the effect twice
+after the outcome 1 time      SUCCESSFUL         the redelivery finds the outcome: acked only
+receiver raises   1 time      SUCCESSFUL         receivers' errors are logged, not the task's
+================  ==========  =================  =========================================
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+
+import psutil
+import psycopg
+import pytest
+from django.tasks import TaskResult, TaskResultStatus
+
+from .conftest import PROJECT, WorkerProcess, manage, project_env, row_count, runs, sql, wait_until
+from .conftest import finished as conftest_finished
+
+#: A short lease: a killed worker's task comes back this soon.
+SHORT_LEASE = json.dumps({"LEASE": 1.5})
+
+
+def finished(result: TaskResult, timeout: float = 60) -> TaskResult:
+    return conftest_finished(result, timeout)
+
+
+def test_a_worker_process_runs_tasks_and_another_process_reads_the_results(
+        dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    from shop import djtasks
+
+    worker = start_worker("--threads", "2")
+    results = [djtasks.add.enqueue(i, i) for i in range(10)] + [djtasks.fail.enqueue("x")]
+    for result in results:
+        finished(result)
+    assert [r.return_value for r in results[:10]] == [2 * i for i in range(10)]
+    code = ("from django.tasks import default_task_backend as b; "
+            f"r = b.get_result({results[3].id!r}); f = b.get_result({results[-1].id!r}); "
+            "print(r.status, r.return_value, f.status, f.errors[0].exception_class_path)")
+    out = manage(project_env(dj_url), "shell", "-c", code)  # Django 6 first says what it
+    assert out.strip().splitlines()[-1].split() == [  # imported
+        "SUCCESSFUL", "6", "FAILED", "builtins.ValueError"]
+    assert worker.proc.poll() is None
+
+
+def test_sigterm_lets_a_running_task_finish(
+        dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    from shop import djtasks
+
+    with psycopg.connect(dj_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [djtasks.GATE_LOCK])
+        worker = start_worker("--shutdown-timeout", "60")
+        result = djtasks.gate.enqueue("term")
+        wait_until(lambda: runs(dj_url), "the task to start")
+        worker.signal(signal.SIGTERM)
+        worker.wait_for_log("stopping")
+        holder.execute("SELECT pg_advisory_unlock(%s)", [djtasks.GATE_LOCK])
+        assert worker.wait() == 0
+    assert [label for label, *_ in runs(dj_url)] == ["term:start", "term:end"]
+    assert finished(result).status == TaskResultStatus.SUCCESSFUL and row_count(dj_url) == 0
+
+
+def test_at_the_shutdown_timeout_a_running_task_is_given_back_and_runs_again(
+        dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    from shop import djtasks
+
+    with psycopg.connect(dj_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [djtasks.GATE_LOCK])
+        first = start_worker("--shutdown-timeout", "0.5")
+        result = djtasks.gate.enqueue("given-back")
+        wait_until(lambda: runs(dj_url), "the task to start")
+        first.signal(signal.SIGTERM)
+        assert first.wait() == 1  # exited with the task unfinished
+        [(lock,)] = sql(dj_url, 'SELECT "lockUuid" FROM delayed_queue')
+        assert lock is None  # given back at once, not left to its lease
+        start_worker()
+        wait_until(lambda: len(runs(dj_url)) == 2, "the second start")
+        holder.execute("SELECT pg_advisory_unlock(%s)", [djtasks.GATE_LOCK])
+    finished(result)
+    assert [label for label, *_ in runs(dj_url)] == [
+        "given-back:start", "given-back:start", "given-back:end"]
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.attempts == 2
+
+
+def test_several_processes_under_one_parent(
+        dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    from shop import djtasks
+
+    parent = start_worker("--processes", "2", "--threads", "2", ready=2)
+    children = [c for c in psutil.Process(parent.proc.pid).children()
+                if "spawn_main" in " ".join(c.cmdline())]  # not multiprocessing's tracker
+    assert len(children) == 2
+    results = [djtasks.record.enqueue(f"p{i}") for i in range(40)]
+    for result in results:
+        finished(result)
+    assert sorted(label for label, *_ in runs(dj_url)) == sorted(f"p{i}" for i in range(40))
+    parent.signal(signal.SIGTERM)
+    assert parent.wait() == 0
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize(("mode", "ran", "attempts"), [
+    ("claimed", 1, 2), ("effect", 2, 2), ("recorded", 1, 1)])
+def test_crash_histories(mode: str, ran: int, attempts: int, dj_url: str,
+                         start_worker: Callable[..., WorkerProcess]) -> None:
+    from shop import djtasks
+
+    env = {"DJANGO_TASKS_CRASH": mode, "DJANGO_TASKS_OPTIONS": SHORT_LEASE}
+    first = start_worker(**env)
+    result = djtasks.record.enqueue(mode)
+    assert first.wait(timeout=60) == -signal.SIGKILL  # killed itself where the mode says
+    start_worker(**env)  # the second worker's attempt is not the first: it does not crash
+    finished(result)
+    wait_until(lambda: row_count(dj_url) == 0, "the row's ack")
+    assert len(runs(dj_url)) == ran
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.attempts == attempts
+    assert len(set(result.worker_ids)) == attempts
+
+
+@pytest.mark.parametrize("signal_name", ["started", "finished"])
+def test_a_raising_receiver_leaves_the_task_run_once(
+        signal_name: str, dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    from shop import djtasks
+
+    worker = start_worker(DJANGO_TASKS_RAISE=signal_name)
+    result = finished(djtasks.record.enqueue(signal_name))
+    wait_until(lambda: row_count(dj_url) == 0, "the row's ack")
+    assert result.status == TaskResultStatus.SUCCESSFUL and len(runs(dj_url)) == 1
+    assert worker.proc.poll() is None
+
+
+def start_producers(dj_url: str, producers: int, count: int) -> list[subprocess.Popen[str]]:
+    """``manage.py enqueue_orders`` in ``producers`` processes at once."""
+    return [subprocess.Popen(
+        [sys.executable, "manage.py", "enqueue_orders", "--count", str(count), "--seed",
+         str(seed)], cwd=PROJECT, env=project_env(dj_url), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for seed in range(producers)]
+
+
+def committed_by(procs: list[subprocess.Popen[str]]) -> list[int]:
+    """The order ids the producers committed (each prints its own as JSON)."""
+    committed: list[int] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-3000:]
+        committed += json.loads(out.strip().splitlines()[-1])
+    return committed
+
+
+def enqueue_orders(dj_url: str, producers: int, count: int) -> list[int]:
+    return committed_by(start_producers(dj_url, producers, count))
+
+
+def results_by_status(dj_url: str) -> dict[str, int]:
+    return {str(s): int(n) for s, n in sql(
+        dj_url, 'SELECT status, count(*) FROM delayq_task_results GROUP BY status')}
+
+
+def test_exactly_the_committed_tasks_run_once_each(
+        dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    start_worker("--processes", "2", "--threads", "4", ready=2)
+    committed = enqueue_orders(dj_url, producers=4, count=40)
+    assert 40 < len(committed) < 120  # the seeds roll back about half of 160
+    wait_until(lambda: results_by_status(dj_url).get("SUCCESSFUL") == len(committed),
+               "every committed order's task", timeout=120)
+    wait_until(lambda: row_count(dj_url) == 0, "the acks")
+    labels = sorted(label for label, *_ in runs(dj_url, "order:"))
+    assert labels == sorted(f"order:{o}:1" for o in committed)  # once each, order found
+
+
+def test_after_a_sigkill_every_committed_task_runs_at_least_once(
+        dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    doomed = start_worker("--threads", "4", DJANGO_TASKS_OPTIONS=SHORT_LEASE)
+    start_worker("--threads", "4", DJANGO_TASKS_OPTIONS=SHORT_LEASE)
+    producers = start_producers(dj_url, producers=4, count=40)
+    wait_until(lambda: len(runs(dj_url, "order:")) >= 20, "20 tasks run", timeout=120)
+    doomed.proc.send_signal(signal.SIGKILL)  # while the producers still enqueue
+    assert doomed.wait() == -signal.SIGKILL
+    committed = committed_by(producers)
+    wait_until(lambda: results_by_status(dj_url).get("SUCCESSFUL") == len(committed),
+               "every committed order's task", timeout=120)
+    wait_until(lambda: row_count(dj_url) == 0, "the acks")
+    assert results_by_status(dj_url) == {"SUCCESSFUL": len(committed)}  # nothing RUNNING
+    labels = [label for label, *_ in runs(dj_url, "order:")]
+    assert set(labels) == {f"order:{o}:1" for o in committed}
+    # Only what the killed worker held (its window: 4 threads) can have run twice.
+    assert len(labels) - len(set(labels)) <= 4
+
