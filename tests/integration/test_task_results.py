@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from delayq_transport.core.uninstall import uninstall
 
 from delayq_transport import Database, DelayedQueue, migrate
 from delayq_transport.core import TaskResults
+from delayq_transport.core.schema import uninstall
 
 PREFIX = "django:"
 PAYLOAD = {"task": "shop.tasks.add", "args": [1], "kwargs": {}, "backend": "default",
