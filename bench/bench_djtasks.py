@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     DEFAULT_ADMIN_URL,
     REPO_ROOT,
+    command_line,
     fmt_rate,
     fresh_database,
     git_revision,
@@ -200,8 +201,9 @@ def main(admin_url: str, rounds: int, count: int, deferred: int, spread: float) 
             result["round"] = round_ + 1
             click.echo(json.dumps(result))
             runs.append(result)
-    path = write_results("djtasks", {"revision": git_revision(), "spread": spread,
-                                     "machine": machine_info(admin_url), "runs": runs})
+    path = write_results("djtasks", {"command": command_line(), "revision": git_revision(),
+                                     "spread": spread, "machine": machine_info(admin_url),
+                                     "runs": runs})
     click.echo(f"wrote {path}")
 
 
