@@ -245,10 +245,19 @@ class Announcer:
             self.flush()
 
     def _wait_for_idle_connection(self) -> None:
+        """Until a pooled connection is idle, or nothing is pending any more (a publish carried
+        it). A connection is opened for a wake-up only when the pool has none open after
+        IDLE_WAIT_S (rows committed on the caller's connection): a busy one is busy with
+        delayq's own short statements, and growing the pool for a NOTIFY broke the documented
+        budget (a prefork child held two connections beside its publishes; issue 43's
+        connection-budget test saw 29-30 against 28)."""
         deadline = time.monotonic() + IDLE_WAIT_S
         pool = self.db.pool if not self.db.has_relaxed_pool else self.db.relaxed_pool
-        while time.monotonic() < deadline and not self._closed and not self.db.closed:
-            if pool.get_stats().get("pool_available", 0) > 0 or not self._pending:
+        while not self._closed and not self.db.closed:
+            stats = pool.get_stats()
+            if stats.get("pool_available", 0) > 0 or not self._pending:
+                return
+            if time.monotonic() >= deadline and stats.get("pool_size", 0) == 0:
                 return
             time.sleep(0.001)
 
