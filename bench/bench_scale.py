@@ -19,6 +19,13 @@ Parts (``--parts``):
   and executed count per 10 s window, for delayq without and with a REPEATABLE READ snapshot
   held the whole time, and for Redis.
 
+- ``ab`` (with ``--ab REV``): the drain at the largest of ``--sizes`` by this checkout and by
+  revision ``REV`` (bench/_variants.py: the worker and producers import ``REV``'s library),
+  each on its own database holding the same far-future rows, its schema made by its own
+  revision; ``--rounds`` drains per side in alternating order. The ratio is this checkout's
+  median drain time over ``REV``'s (below 1: faster). Writes ``bench/results/scale_ab.json``
+  and the ``scale_ab`` section.
+
 Writes ``bench/results/scale.json``, ``docs/img/bench_scale_*.png`` and the ``scale`` section of
 ``docs/benchmarks.md`` (the snapshot part, ``_scale_snapshot.py``: ``scale_snapshot``). Hold
 the bench lock: ``flock /tmp/delayq-bench.lock python bench/bench_scale.py``.
@@ -30,6 +37,8 @@ import dataclasses
 import json
 import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +69,7 @@ from _common import (
     write_results,
 )
 from _targets import replace_section
+from _variants import parse, source_tree, tree_env
 from bench_celery import phase_drain, phase_latency
 
 from delayq_transport import DelayedQueue
@@ -116,6 +126,45 @@ def part_sizes(cfg: Settings, sizes: list[int], rounds: int, progress: Any) -> d
     return out
 
 
+def _make_schema(url: str, queue: str, env: dict[str, str]) -> None:
+    """The schema of ``url`` made by the library ``env`` imports (a revision's own migrations:
+    an older revision must not meet a schema newer than it knows)."""
+    code = ("import sys; from delayq_transport import DelayedQueue; "
+            "DelayedQueue(sys.argv[1], kind=sys.argv[2]).close()")
+    subprocess.run([sys.executable, "-c", code, url, queue], env=env, check=True)
+
+
+def part_ab(cfg: Settings, size: int, rev: str, rounds: int, progress: Any) -> dict[str, Any]:
+    """This checkout's drain against ``rev``'s, each over ``size`` far-future rows, rounds
+    interleaved (the order alternates, so neither side always drains right after a load)."""
+    queue = f"bench_scale_{cfg.run_id}"
+    sides = {f"delayq@{rev}": rev, "delayq": None}
+    drains: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    loads: dict[str, float] = {}
+    with fresh_database(cfg.admin_url, prefix="delayq_bench_scale_ab_a") as url_a, \
+            fresh_database(cfg.admin_url, prefix="delayq_bench_scale_ab_b") as url_b:
+        runs = {}
+        for (name, side_rev), url in zip(sides.items(), (url_a, url_b), strict=True):
+            run = delayq_run(url, cfg, queue, name.replace("@", "_at_"))
+            if side_rev is not None:
+                assert parse(name) is not None
+                run = dataclasses.replace(run, env=tree_env(run.env, source_tree(side_rev)))
+            _make_schema(url, queue, run.env)
+            loads[name] = round(load_far_rows(url, queue, size), 1)
+            runs[name] = run
+        checkpoint(cfg.admin_url)
+        names = list(sides)
+        for r in range(rounds):
+            for name in (names if r % 2 == 0 else names[::-1]):
+                drains[name].append(_drain(runs[name], cfg, queue, progress))
+                console.print(f"round {r + 1} {name}: {drains[name][-1].get('seconds')} s")
+    med = {name: round(statistics.median(d.get("seconds") or 0 for d in v), 3)
+           for name, v in drains.items()}
+    base, ours = med[names[0]], med[names[1]]
+    return {"far_rows": size, "rev": rev, "rounds": rounds, "load_s": loads, "drains": drains,
+            "median_s": med, "ratio": round(ours / base, 3) if base else None}
+
+
 def _strip(latency: dict[str, Any]) -> dict[str, Any]:
     return {k: ({kk: vv for kk, vv in v.items() if kk != "samples_ms"} if isinstance(v, dict)
                 else v) for k, v in latency.items()}
@@ -169,8 +218,38 @@ def plots(result: dict[str, Any], name: str = "scale") -> list[Path]:
     return paths
 
 
+def ab_section(data: dict[str, Any]) -> str:
+    """The "Celery at scale, A/B" section: this checkout's drain against a revision's."""
+    ab = data["ab"]
+    load = (data["machine"]["load_average_at_start"][0], data["load_average_at_end"][0])
+    lines = ["## Celery at scale: A/B against an earlier revision\n",
+             run_line(data["command"], data.get("revision"), data.get("finished_at"),
+                      data["machine"], load) + "\n"]
+    rows = []
+    for name, runs in ab["drains"].items():
+        seconds = [d.get("seconds") for d in runs]
+        cpu = statistics.median(d.get("worker_main_cpu_ms_per_task") or 0 for d in runs)
+        label = f"delayq at {ab['rev']}" if "@" in name else "delayq (this revision)"
+        rows.append([label, f"{ab['median_s'][name]} ({', '.join(map(str, seconds))})",
+                     round(statistics.median(d.get("tasks_per_s") or 0 for d in runs)),
+                     round(cpu, 3)])
+    lines.append(markdown_table(["", "drain s", "tasks/s", "worker main CPU ms/task"], rows,
+                                "lrrr"))
+    tasks = next(iter(ab["drains"].values()))[0].get("tasks")
+    lines.append(prose(f"""
+Drain of {tasks:,} no-ops by one worker (`-P prefork -c 2`, prefetch 4) with {ab['far_rows']:,}
+far-future rows in the consumed queue, each revision on its own database (its schema made by its
+own migrations), {ab['rounds']} drains per side in alternating order: median with every drain in
+brackets. This revision over {ab['rev']}: {times(ab['ratio']) if ab['ratio'] else '-'} the
+time (below 1× is faster)."""))
+    return "\n".join(lines) + "\n"
+
+
 def section(data: dict[str, Any]) -> str:
-    """The "Celery at scale" section of docs/benchmarks.md from a results document."""
+    """The "Celery at scale" section of docs/benchmarks.md from a results document (its A/B
+    variant when the document holds an ``ab`` part)."""
+    if "ab" in data:
+        return ab_section(data)
     name = data.get("benchmark", "scale")
     load = (data["machine"]["load_average_at_start"][0], data["load_average_at_end"][0])
     lines = ["## Celery at scale\n",
@@ -228,11 +307,14 @@ The held-snapshot runs have their own section, "Celery with a held snapshot"."""
 @click.option("--redis-from", default="",
               help="snapshot part: take the Redis reference line from this results file "
                    "(an earlier run with the same settings) instead of running it again.")
+@click.option("--ab", "ab_rev", default="",
+              help="Part ab: drain at the largest --sizes by this checkout and by revision "
+                   "AB_REV, --rounds each, interleaved (results: scale_ab).")
 @click.option("--server-note", default="",
               help="snapshot part: how the server was set up, quoted in the docs.")
 def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes: float,
          redis_db: int, counter_db: int, database_url: str, write_docs: bool, name: str,
-         server_note: str, redis_from: str) -> None:
+         server_note: str, redis_from: str, ab_rev: str) -> None:
     """Drain and pick-up vs waiting rows, and over time with a held snapshot, vs Redis."""
     handle_stop_signals()  # workers, producers and databases cleaned up on SIGTERM
     cfg = Settings.build(True, producers=2, admin_url=database_url, redis_db=redis_db,
@@ -240,6 +322,18 @@ def main(parts: str, sizes: str, drain_n: int, rounds: int, rate: float, minutes
     cfg = dataclasses.replace(cfg, throughput_n=drain_n)
     result: dict[str, Any] = {"command": command_line(), "revision": git_revision(),
                               "machine": machine_info(database_url)}
+    if ab_rev:
+        with progress_bar() as progress:
+            result["ab"] = part_ab(cfg, max(int(s) for s in sizes.split(",")), ab_rev, rounds,
+                                   progress)
+        result["load_average_at_end"] = list(os.getloadavg())
+        ab_name = f"{name}_ab"
+        console.print(f"results: {write_results(ab_name, result)}")
+        doc = section(load_results(ab_name))
+        console.print(doc)
+        if write_docs:
+            replace_section(ab_name, doc)
+        return
     with progress_bar() as progress:
         if "sizes" in parts:
             result["sizes"] = part_sizes(cfg, [int(s) for s in sizes.split(",")], rounds,

@@ -36,6 +36,7 @@ SECTIONS = {
     "churn_churn": "bench_churn",
     "churn_snapshot": "bench_churn",
     "scale": "bench_scale",
+    "scale_ab": "bench_scale",
     "scale_snapshot": "_scale_snapshot",
     "failover": "bench_failover",
     "connection_budget": "connection_budget",
