@@ -245,8 +245,8 @@ def ab_section(data: dict[str, Any]) -> str:
 Drain of {tasks:,} no-ops by one worker (`-P prefork -c 2`, prefetch 4) with {ab['far_rows']:,}
 far-future rows in the consumed queue, each revision on its own database (its schema made by its
 own migrations, then VACUUM ANALYZE), {ab['rounds']} drains per side in alternating order:
-median with every drain in brackets. This revision over {ab['rev']}: {times(ab['ratio']) if ab['ratio'] else '-'} the
-time (below 1× is faster)."""))
+median with every drain in brackets. This revision over {ab['rev']}:
+{times(ab['ratio']) if ab['ratio'] else '-'} the time (below 1× is faster)."""))
     return "\n".join(lines) + "\n"
 
 
