@@ -55,6 +55,7 @@ from _common import (
     checkpoint,
     command_line,
     console,
+    fmt_rate,
     fresh_database,
     git_revision,
     handle_stop_signals,
@@ -236,12 +237,12 @@ def ab_section(data: dict[str, Any]) -> str:
         cpu = statistics.median(d.get("worker_main_cpu_ms_per_task") or 0 for d in runs)
         label = f"delayq at {ab['rev']}" if "@" in name else "delayq (this revision)"
         rows.append([label, f"{ab['median_s'][name]} ({', '.join(map(str, seconds))})",
-                     round(statistics.median(d.get("tasks_per_s") or 0 for d in runs)),
+                     fmt_rate(statistics.median(d.get("tasks_per_s") or 0 for d in runs)),
                      round(cpu, 3)])
     lines.append(markdown_table(["", "drain s", "tasks/s", "worker main CPU ms/task"], rows,
                                 "lrrr"))
     tasks = next(iter(ab["drains"].values()))[0].get("tasks")
-    lines.append(prose(f"""
+    lines.append("\n" + prose(f"""
 Drain of {tasks:,} no-ops by one worker (`-P prefork -c 2`, prefetch 4) with {ab['far_rows']:,}
 far-future rows in the consumed queue, each revision on its own database (its schema made by its
 own migrations, then VACUUM ANALYZE), {ab['rounds']} drains per side in alternating order:
