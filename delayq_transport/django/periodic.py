@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from ..scheduling.entries import EntrySpec, make_spec
 from ..scheduling.installer import Installer
 from ..scheduling.misfire import misfired
 from ..scheduling.plans import Occurrence, RefreshReport, Settings
+from ..scheduling.refresher import RefreshThread
 from ..scheduling.schedules import parse_crontab
 from ..scheduling.store import EntryStore
 
@@ -146,8 +146,8 @@ class Scheduler:
                             horizon=timedelta(seconds=horizon))
         store = EntryStore(db, queue.table, namespace=NAMESPACE, ensure_schema=False)
         self.installer = Installer(queue, store, UTC, settings, delivery=TaskDelivery())
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._refresher = RefreshThread(self.refresh, refresh_interval, name="delayq-periodic",
+                                        what="delayq periodic tasks")
 
     def refresh(self) -> RefreshReport:
         """One pass: install what is missing, replace what changed, remove what is gone."""
@@ -156,25 +156,12 @@ class Scheduler:
             log.error("delayq periodic tasks: entries skipped: %s", report.errors)
         return report
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.refresh()
-            except Exception:
-                log.exception("delayq periodic tasks: refresh failed; again in %.0f s",
-                              self.refresh_interval)
-            self._stop.wait(self.refresh_interval)
-
     def start(self) -> Scheduler:
-        self._thread = threading.Thread(target=self._run, name="delayq-periodic",
-                                        daemon=True)
-        self._thread.start()
+        self._refresher.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._refresher.stop(timeout)
 
 
 def misfired_occurrences(queue: DelayedQueue) -> Callable[[list[Envelope]], list[Envelope]]:
