@@ -222,8 +222,10 @@ class Worker:
             polling_interval=backend.polling_interval, unheard_polling_interval=0.5,
             misfired=misfired_occurrences(self.queue), listen_on_thread=True, jobs=jobs)
         #: Installs the backend's periodic tasks (none declared, or ``schedule=False``: None).
-        self.scheduler = Scheduler(self.db, self.queue, backend.periodic) \
-            if schedule and backend.periodic else None
+        self.scheduler = Scheduler(
+            self.db, self.queue, backend.periodic, source=str(backend.periodic_source),
+            alias=backend.alias, refresh_interval=backend.periodic_refresh,
+        ) if schedule and backend.schedules else None
         self._event = threading.Event()
         self._stopping = threading.Event()
         self._work: SimpleQueue[Envelope | None] = SimpleQueue()
