@@ -75,10 +75,9 @@ def test_an_admin_row_runs_each_occurrence_once_with_two_schedulers(
     assert [b - a for a, b in zip(times, times[1:], strict=False)] == [1000] * (len(times) - 1)
     # The run history is written back once per occurrence, as django-celery-beat's beat does.
     ran = len(ids)
-    count, last = wait_until(lambda: (h := history(dj_url, "adm-tick"))[0] >= ran and h,
+    _, last = wait_until(lambda: (h := history(dj_url, "adm-tick"))[0] >= ran and h,
                              "the run history", timeout=30)
     assert to_ms(last) >= times[ran - 1]
-    assert count <= len(runs(dj_url, "adm-tick"))
 
 
 def test_admin_edits_take_effect_within_a_refresh(
@@ -124,12 +123,11 @@ def test_rows_that_name_no_django_task_are_reported_and_not_installed(
                                 enabled=False)
     backend = DelayqBackend("default", {"QUEUES": ["default", "mail"],
                                         "OPTIONS": {"PERIODIC_SOURCE": "admin"}})
-    found = {m.id: m.msg for m in backend.check() if m.id in (
-        "delayq.W005", "delayq.W006", "delayq.W007")}
-    reported = sorted((m.id, m.msg.split("periodic task ")[1].split(" ")[0])
-                      for m in backend.check() if "periodic task" in m.msg)
+    messages = [m for m in backend.check() if m.id in ("delayq.W005", "delayq.W006",
+                                                          "delayq.W007")]
+    reported = sorted((m.id, m.msg.split("periodic task ")[1].split(" ")[0]) for m in messages)
     assert reported == [("delayq.W006", "'celery'"), ("delayq.W006", "'missing'"),
-                        ("delayq.W007", "'routed'")], found
+                        ("delayq.W007", "'routed'")], [m.msg for m in messages]
     db = Database(dj_url, min_size=0, max_size=2)
     try:
         queue = DelayedQueue(db, kind=KIND)
@@ -206,4 +204,4 @@ def test_the_rows_misfire_policy_decides_the_catch_up_after_an_outage(
     restarted.refresh()
     expected = [T0 + i * MINUTE for i in ran]
     assert due(dj_url, RESTART) == expected
-    assert restarted.installer.caught_up == ({"adm-cron": expected} if expected else {})
+    assert restarted.installer.caught_up == {"adm-cron": expected}
