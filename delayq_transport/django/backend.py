@@ -33,6 +33,11 @@ OPTIONS (all optional):
                       LISTEN/NOTIFY)
 ``POOL_SIZE``         most connections of the process' pool (default 8)
 ``PERIODIC``          periodic tasks by name (delayq_transport/django/periodic.py)
+``PERIODIC_SOURCE``   where periodic tasks come from: ``"settings"`` (``PERIODIC``, the
+                      default), ``"admin"`` (django-celery-beat's tables: the rows of this
+                      backend's tasks, delayq_transport/django/periodic_admin.py) or ``"both"``
+``PERIODIC_REFRESH``  seconds between a worker's refreshes of the periodic tasks (default 60;
+                      an admin edit takes effect within one)
 
 Needs Django 6 (Python >= 3.12); the django-tasks backport on older Django is not supported
 yet.
@@ -66,6 +71,7 @@ from ..core import (
     DatabaseUnavailable,
     DelayedQueue,
     DelayqError,
+    InvalidInput,
     SchemaMissing,
     StoredResult,
     TaskResults,
@@ -296,6 +302,14 @@ class DelayqBackend(BaseTaskBackend):
         self.pool_size: int = int(options.get("POOL_SIZE", 8))
         #: Periodic tasks (delayq_transport/django/periodic.py), installed by the workers.
         self.periodic: dict[str, Any] = dict(options.get("PERIODIC") or {})
+        #: ``settings`` | ``admin`` | ``both`` (validated by check() and the worker).
+        self.periodic_source: object = options.get("PERIODIC_SOURCE", "settings")
+        self.periodic_refresh: float = float(options.get("PERIODIC_REFRESH", 60.0))
+
+    @property
+    def schedules(self) -> bool:
+        """Whether its workers run a periodic scheduler (entries declared, or admin mode)."""
+        return bool(self.periodic) or self.periodic_source != "settings"
 
     # -- the store -------------------------------------------------------------------------
 
@@ -406,6 +420,54 @@ class DelayqBackend(BaseTaskBackend):
                     yield checks.Error(f"{where}: OPTIONS PERIODIC {name!r}: {spec}",
                                        id="delayq.E005")
         yield from self._check_schema(where)
+        yield from self._check_admin(where)
+
+    def _check_admin(self, where: str) -> Iterator[checks.CheckMessage]:
+        """Admin mode: the source option, and django-celery-beat's rows as a worker would
+        install them. Warnings only: rows are data an admin edits, and ``migrate`` (which runs
+        the checks) must not be stopped by one."""
+        from .periodic_admin import periodic_source
+
+        try:
+            source = periodic_source(self.periodic_source)
+        except InvalidInput as exc:
+            yield checks.Error(f"{where}: {exc}", id="delayq.E006")
+            return
+        if source == "settings":
+            return
+        if source == "admin" and self.periodic:
+            yield checks.Warning(
+                f"{where}: OPTIONS PERIODIC is not installed with PERIODIC_SOURCE 'admin'",
+                hint="set PERIODIC_SOURCE to 'both' to install both, or remove PERIODIC",
+                id="delayq.W004")
+        yield from self._check_admin_rows(where)
+
+    def _check_admin_rows(self, where: str) -> Iterator[checks.CheckMessage]:
+        from ..scheduling.djbeat import DjangoBeatSource
+        from .periodic_admin import classify
+
+        try:
+            db = self.store().db
+            source = DjangoBeatSource(db, self.table)
+            if not source.tables.present():
+                yield checks.Warning(
+                    f"{where}: PERIODIC_SOURCE {self.periodic_source!r} reads "
+                    "django-celery-beat's tables, which are not in DATABASES"
+                    f"[{self.database!r}]", hint="add 'django_celery_beat' to INSTALLED_APPS "
+                    "and run `manage.py migrate`", id="delayq.W005")
+                return
+            ours, skipped = classify(source, self.alias)
+        except (DatabaseUnavailable, DelayqError) as exc:
+            yield checks.Warning(f"{where}: cannot read django-celery-beat's tables in "
+                                 f"DATABASES[{self.database!r}]: {exc}", id="delayq.W005")
+            return
+        for _, row in sorted(skipped.items()):
+            if not row.foreign:
+                yield checks.Warning(f"{where}: {row}", id="delayq.W006")
+        for name, spec in sorted(ours.items()):
+            if isinstance(spec, Exception):
+                yield checks.Warning(f"{where}: django-celery-beat periodic task {name!r} is "
+                                     f"not installed: {spec}", id="delayq.W007")
 
     def _check_schema(self, where: str) -> Iterator[checks.CheckMessage]:
         """The table, read-only. A warning, not an error: ``manage.py migrate`` runs the checks

@@ -24,13 +24,16 @@ install each occurrence once (its row key is ``<entry>/<config hash>/<epoch ms>`
 also its result id), installed occurrences run while no worker schedules, a changed entry's
 future occurrences are replaced and a removed entry's deleted. A worker drops a misfired
 occurrence by its entry's policy before running it.
+
+``OPTIONS["PERIODIC_SOURCE"]`` (``settings``, the default; ``admin``; ``both``) adds, or puts in
+their place, django-celery-beat's rows of this backend's tasks, edited in the Django admin
+(:mod:`.periodic_admin`); ``OPTIONS["PERIODIC_REFRESH"]`` sets the refresh interval.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,12 +46,15 @@ from django.utils.module_loading import import_string
 
 from ..core import Database, DelayedQueue, Envelope, InvalidInput
 from ..formats.django_tasks import kind_of
+from ..scheduling.djbeat import record_runs
 from ..scheduling.entries import EntrySpec, make_spec
 from ..scheduling.installer import Installer
 from ..scheduling.misfire import misfired
 from ..scheduling.plans import Occurrence, RefreshReport, Settings
+from ..scheduling.refresher import RefreshThread
 from ..scheduling.schedules import parse_crontab
 from ..scheduling.store import EntryStore
+from .periodic_admin import DEFAULT_SOURCE, AdminEntries, periodic_source
 
 log = logging.getLogger(__name__)
 
@@ -136,45 +142,45 @@ class TaskDelivery:
 
 class Scheduler:
     """Installs the periodic entries of one backend into its table, now and then (a thread of
-    each worker process)."""
+    each worker process): those of its settings, django-celery-beat's rows of its tasks
+    (``source`` ``admin``, :mod:`.periodic_admin`), or both (a row over a settings entry of the
+    same name, as a Celery beat in admin mode lets the admin win)."""
 
     def __init__(self, db: Database, queue: DelayedQueue, entries: Mapping[str, Any], *,
+                 source: str = DEFAULT_SOURCE, alias: str = "default",
                  refresh_interval: float = REFRESH_S, horizon: float = HORIZON_S) -> None:
         self.entries = dict(entries)
+        self.source = periodic_source(source)
         self.refresh_interval = refresh_interval
         settings = Settings(refresh_interval=timedelta(seconds=refresh_interval),
                             horizon=timedelta(seconds=horizon))
         store = EntryStore(db, queue.table, namespace=NAMESPACE, ensure_schema=False)
         self.installer = Installer(queue, store, UTC, settings, delivery=TaskDelivery())
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        #: django-celery-beat's rows (admin mode), else None.
+        self.admin = AdminEntries(queue, alias) if self.source != "settings" else None
+        self._refresher = RefreshThread(self.refresh, refresh_interval, name="delayq-periodic",
+                                        what="delayq periodic tasks")
+
+    def specs(self) -> dict[str, EntrySpec | Exception]:
+        """The entries of this refresh: the settings', then the admin's over them."""
+        specs = entry_specs(self.entries) if self.source != "admin" else {}
+        if self.admin is not None:
+            specs.update(self.admin.specs())
+        return specs
 
     def refresh(self) -> RefreshReport:
         """One pass: install what is missing, replace what changed, remove what is gone."""
-        report = self.installer.refresh(entry_specs(self.entries))
+        report = self.installer.refresh(self.specs())
         if report.errors:
             log.error("delayq periodic tasks: entries skipped: %s", report.errors)
         return report
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.refresh()
-            except Exception:
-                log.exception("delayq periodic tasks: refresh failed; again in %.0f s",
-                              self.refresh_interval)
-            self._stop.wait(self.refresh_interval)
-
     def start(self) -> Scheduler:
-        self._thread = threading.Thread(target=self._run, name="delayq-periodic",
-                                        daemon=True)
-        self._thread.start()
+        self._refresher.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._refresher.stop(timeout)
 
 
 def misfired_occurrences(queue: DelayedQueue) -> Callable[[list[Envelope]], list[Envelope]]:
@@ -183,6 +189,7 @@ def misfired_occurrences(queue: DelayedQueue) -> Callable[[list[Envelope]], list
 
     def dropped(envs: list[Envelope]) -> list[Envelope]:
         out = []
+        delivered: list[tuple[str, object]] = []
         for env in envs:
             if _PERIODIC_MARK not in env.payload:
                 continue
@@ -192,6 +199,10 @@ def misfired_occurrences(queue: DelayedQueue) -> Callable[[list[Envelope]], list
                 continue  # moved aside when handed over
             if misfired(queue, env.kind, info, int(time.time() * 1000)):
                 out.append(env)
+            else:
+                delivered.append((env.key, info))
+        if delivered:  # rows of django-celery-beat: their run history, as its beat writes it
+            record_runs(queue, delivered)
         return out
 
     return dropped

@@ -76,6 +76,7 @@ from .backend import (
     task_of,
 )
 from .periodic import Scheduler, misfired_occurrences
+from .periodic_admin import periodic_source
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,8 @@ class Worker:
                  worker_id: str | None = None, schedule: bool = True) -> None:
         if threads < 1:
             raise ValueError("threads must be >= 1")
+        # Before any connection is opened: a wrong OPTIONS value leaks no pool.
+        periodic = periodic_source(backend.periodic_source)
         self.backend = backend
         self.queue_names = list(queue_names or backend.queue_names())
         self.threads = threads
@@ -222,8 +225,10 @@ class Worker:
             polling_interval=backend.polling_interval, unheard_polling_interval=0.5,
             misfired=misfired_occurrences(self.queue), listen_on_thread=True, jobs=jobs)
         #: Installs the backend's periodic tasks (none declared, or ``schedule=False``: None).
-        self.scheduler = Scheduler(self.db, self.queue, backend.periodic) \
-            if schedule and backend.periodic else None
+        self.scheduler = Scheduler(
+            self.db, self.queue, backend.periodic, source=periodic,
+            alias=backend.alias, refresh_interval=backend.periodic_refresh,
+        ) if schedule and backend.schedules else None
         self._event = threading.Event()
         self._stopping = threading.Event()
         self._work: SimpleQueue[Envelope | None] = SimpleQueue()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, timedelta, tzinfo
@@ -38,6 +37,7 @@ from ..formats import dramatiq as names
 from ..scheduling.entries import EntrySpec, make_spec
 from ..scheduling.installer import Installer
 from ..scheduling.plans import Occurrence, RefreshReport, Settings
+from ..scheduling.refresher import RefreshThread
 from ..scheduling.schedules import parse_crontab
 from .broker import DelayqBroker
 from .ledger import DramatiqLedger
@@ -178,8 +178,8 @@ class PeriodicScheduler:
         settings = Settings(refresh_interval=timedelta(seconds=refresh_interval),
                             horizon=timedelta(seconds=horizon), min_occurrences=min_occurrences)
         self.installer = _installer(broker, settings)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._refresher = RefreshThread(self.refresh, refresh_interval,
+                                        name="delayq-dramatiq-periodic", what="delayq periodic")
 
     def entries(self) -> dict[str, PeriodicEntry]:
         """The registered entries whose actor is declared on this broker."""
@@ -197,28 +197,16 @@ class PeriodicScheduler:
 
     def run_forever(self) -> None:
         """Refresh every ``refresh_interval`` until :meth:`stop` (a failed refresh is logged)."""
-        while not self._stop.is_set():
-            try:
-                self.refresh()
-            except Exception:
-                log.exception("delayq periodic: refresh failed; retrying in %.0fs",
-                              self.refresh_interval)
-            self._stop.wait(self.refresh_interval)
+        self._refresher.run()
 
     def start(self) -> PeriodicScheduler:
         """Refresh in a daemon thread of this process."""
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(target=self.run_forever, daemon=True,
-                                            name="delayq-dramatiq-periodic")
-            self._thread.start()
+        self._refresher.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the refresh thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._refresher.stop(timeout)
 
 
 class PeriodicMiddleware(Middleware):

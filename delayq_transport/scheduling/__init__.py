@@ -14,7 +14,8 @@ messages; everything else is here, once:
 * :mod:`.installer` / :mod:`.plans`: the refresh that installs occurrences;
 * :mod:`.catchup`: the outage catch-up of occurrences no scheduler installed;
 * :mod:`.misfire`: misfire policies, swept by the refresh and checked by the worker;
-* :mod:`.store`: DB-backed entries and the ledger; :mod:`.listing`: what listings show.
+* :mod:`.store`: DB-backed entries and the ledger; :mod:`.listing`: what listings show;
+* :mod:`.refresher`: the refresh loop of the in-process schedulers (django.tasks, Dramatiq).
 
 It sits between the core (whose API it calls; it holds no SQL) and the front ends.
 """
@@ -35,6 +36,7 @@ from .entries import (
 from .installer import Installer
 from .misfire import HEADER, drop_misfired, misfired
 from .plans import Delivery, Occurrence, Plan, RefreshReport, Settings, occurrence_task_id
+from .refresher import RefreshThread
 from .schedules import Clocked, Crontab, Interval, Schedule, Solar, Window, parse_crontab
 from .store import EntryStore, InstalledEntry, StoredEntry
 from .times import newest_occurrences, next_after, occurrences
@@ -42,7 +44,8 @@ from .times import newest_occurrences, next_after, occurrences
 __all__ = [
     "DEFAULT_GRACE_S", "DEFAULT_MISFIRE", "HEADER", "MAX_CATCH_UP", "MISFIRE_POLICIES",
     "Clocked", "Crontab", "Delivery", "EntrySpec", "EntryStore", "InstalledEntry", "Installer",
-    "Interval", "Occurrence", "Plan", "RefreshReport", "Schedule", "Settings", "Solar",
+    "Interval", "Occurrence", "Plan", "RefreshReport", "RefreshThread", "Schedule", "Settings",
+    "Solar",
     "StoredEntry", "Window", "catch_up_times", "drop_misfired", "entry_hash", "entry_name",
     "key_prefix", "make_spec", "misfired", "newest_occurrences", "next_after",
     "occurrence_task_id", "occurrences", "parse_crontab",

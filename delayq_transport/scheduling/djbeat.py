@@ -146,6 +146,9 @@ class DjangoBeatSource:
         self._entries: dict[str, Carried | InvalidInput] = {}
         #: Whether the last :meth:`entries` call read the tasks (False: the cache served).
         self.read_rows = False
+        #: The ``task`` column of every enabled task last read, by name (a front end that runs
+        #: only some tasks, django.tasks', tells its own from it, refused ones included).
+        self.tasks: dict[str, str] = {}
 
     def entries(self) -> dict[str, Carried | InvalidInput]:
         """Enabled tasks by name; a task that cannot be carried maps to its :class:`Refused`."""
@@ -157,9 +160,11 @@ class DjangoBeatSource:
         self.read_rows = snapshot.rows is not None
         if snapshot.rows is not None:
             self._entries = {}
+            self.tasks = {}
             for row in snapshot.rows:
                 if not row.enabled:
                     continue
+                self.tasks[row.name] = row.task
                 try:
                     entry = carried(row, live=True)
                 except Refused as exc:

@@ -48,6 +48,8 @@ else:
     os.environ["DJANGO_DATABASE_URL"] = url_for(DB_NAME)
     os.environ["DJANGO_SETTINGS_MODULE"] = "djproject.settings"
     os.environ.pop("DJANGO_TASKS_OPTIONS", None)
+    # django-celery-beat's tables, for periodic tasks edited in the admin (test_periodic_admin)
+    os.environ["DJANGO_BEAT_APPS"] = "1"
     sys.path.insert(0, str(PROJECT))
     django.setup()
 #: Tables every test starts without rows.
