@@ -89,10 +89,11 @@ def retry(retries: int, *, backoff: float | None = None) -> Callable[[F], F]:
 
     ``retries``: how many more times a failed task runs; ``backoff``: seconds before the first
     retry, doubled each time (default: the backend's ``BACKOFF``)."""
-    if not isinstance(retries, int) or retries < 0:
-        raise ValueError("retries must be a whole number >= 0")
-    if backoff is not None and backoff < 0:
-        raise ValueError("backoff must be >= 0 seconds")
+    # The backend's RETRIES and BACKOFF checks: a per-task policy is refused as the
+    # backend's would be (InvalidInput is a ValueError), never converted.
+    retries = TASK_OPTIONS.checked("RETRIES", retries, "@retry", "retries")
+    if backoff is not None:
+        backoff = TASK_OPTIONS.checked("BACKOFF", backoff, "@retry", "backoff")
 
     def mark(func: F) -> F:
         func.delayq_retries = retries  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.tasks import task_backends
 from django.test.utils import override_settings
 
+from delayq_transport.django.backend import retry
 from delayq_transport.django.options import TASK_OPTIONS
 from delayq_transport.django.tasks import DelayqBackend
 
@@ -87,3 +88,18 @@ def test_djangos_handler_raises_it_on_first_use_of_the_backend(dj_url: str) -> N
             task_backends["default"]  # noqa: B018
         with pytest.raises(ImproperlyConfigured, match="JOIN_ATOMIC"):
             djtasks.add.enqueue(1, 1)
+
+
+@pytest.mark.parametrize(("retries", "backoff", "message"), [
+    (True, None, "@retry retries = True: expected an int >= 0"),
+    (-1, None, "@retry retries = -1: expected an int >= 0"),
+    (2, "1", "@retry backoff = '1': expected a number of seconds >= 0"),
+    (2, -1, "@retry backoff = -1: expected a number of seconds >= 0"),
+])
+def test_a_tasks_own_retry_policy_is_checked_as_the_backends_options(
+        retries: Any, backoff: Any, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        retry(retries, backoff=backoff)
+    assert str(caught.value) == message
+    marked = retry(3, backoff=2)(lambda: None)
+    assert (marked.delayq_retries, marked.delayq_backoff) == (3, 2.0)  # type: ignore[attr-defined]

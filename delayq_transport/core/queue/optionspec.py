@@ -129,17 +129,16 @@ class Options(Mapping[str, Option]):
                 repr(name) for name in unknown]
             raise InvalidInput(f"{where}: unknown option{'s' if len(unknown) > 1 else ''} "
                                f"{', '.join(hints)}; the options are {known}")
-        parsed: dict[str, Any] = {}
-        for name, option in self._by_name.items():
-            if name not in values:
-                parsed[name] = option.default
-                continue
-            value = values[name]
-            check = option.check
-            if check is not None:
-                if not check.accepts(value):
-                    raise InvalidInput(f"{where} {name} = {value!r}: expected "
-                                       f"{check.expects}")
-                value = check.convert(value)
-            parsed[name] = value
-        return parsed
+        return {name: self.checked(name, values[name], where) if name in values
+                else option.default for name, option in self._by_name.items()}
+
+    def checked(self, name: str, value: Any, where: str, label: str | None = None) -> Any:
+        """``value`` for option ``name`` passed through its :class:`Check` (as given when it
+        has none); :class:`InvalidInput` naming ``where``, ``label`` (default: the name),
+        the value and what is expected when refused."""
+        check = self._by_name[name].check
+        if check is None:
+            return value
+        if not check.accepts(value):
+            raise InvalidInput(f"{where} {label or name} = {value!r}: expected {check.expects}")
+        return check.convert(value)
