@@ -18,26 +18,11 @@ Django: Celery's Django fixup imports every app's ``tasks`` module).
 * **priority** −100..100: one kind per (queue, priority); a worker polls all its kinds in one
   statement, highest priority first across its queues.
 
-OPTIONS (all optional):
-
-``DATABASE``          the ``DATABASES`` alias of the queue table (default ``"default"``)
-``TABLE``             the queue table (default ``"delayed_queue"``, shared with Celery's)
-``JOIN_ATOMIC``       write inside the alias's ``atomic()`` blocks (default True)
-``RETRIES``           retries of a failed task (default 0; per task: :func:`retry`)
-``BACKOFF``           seconds before the first retry, doubled each time (default 1.0)
-``MAX_BACKOFF``       longest wait between retries, seconds (default 3600)
-``LEASE``             seconds a running task's row is held between extensions (default 60):
-                      a killed worker's task runs again this long after it died
-``RESULT_RETENTION``  seconds finished results are kept (default 7 days; None: forever)
-``POLLING_INTERVAL``  seconds between a worker's fallback polls (default 5; wake-ups are
-                      LISTEN/NOTIFY)
-``POOL_SIZE``         most connections of the process' pool (default 8)
-``PERIODIC``          periodic tasks by name (delayq_transport/django/periodic.py)
-``PERIODIC_SOURCE``   where periodic tasks come from: ``"settings"`` (``PERIODIC``, the
-                      default), ``"admin"`` (django-celery-beat's tables: the rows of this
-                      backend's tasks, delayq_transport/django/periodic_admin.py) or ``"both"``
-``PERIODIC_REFRESH``  seconds between a worker's refreshes of the periodic tasks (default 60;
-                      an admin edit takes effect within one)
+OPTIONS (all optional) are declared once, in :data:`.options.TASK_OPTIONS`, and read through
+it: an unknown name or a value of the wrong type or range raises ``ImproperlyConfigured``
+naming the option, the value and what it expects, when the backend is made (before any
+enqueue), never converted. Their reference, rendered from that registry:
+docs/reference/django-tasks-options.md.
 
 Needs Django 6 (Python >= 3.12); the django-tasks backport on older Django is not supported
 yet.
@@ -57,6 +42,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
@@ -81,6 +67,7 @@ from ..core import (
 )
 from ..formats.django_tasks import KIND_PREFIX, MIN_PRIORITY, kind_of, kinds_for
 from . import database_url
+from .options import TASK_OPTIONS
 
 __all__ = ["KIND_PREFIX", "DelayqBackend", "kind_of", "kinds_for", "retry", "task_backends"]
 
@@ -88,7 +75,6 @@ log = logging.getLogger(__name__)
 
 #: A kind is at most 100 characters: the queue name's share.
 MAX_QUEUE_NAME = 100 - len(KIND_PREFIX) - len(f":{MIN_PRIORITY}")
-DEFAULT_RESULT_RETENTION_S = 7 * 86400.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -103,10 +89,11 @@ def retry(retries: int, *, backoff: float | None = None) -> Callable[[F], F]:
 
     ``retries``: how many more times a failed task runs; ``backoff``: seconds before the first
     retry, doubled each time (default: the backend's ``BACKOFF``)."""
-    if not isinstance(retries, int) or retries < 0:
-        raise ValueError("retries must be a whole number >= 0")
-    if backoff is not None and backoff < 0:
-        raise ValueError("backoff must be >= 0 seconds")
+    # The backend's RETRIES and BACKOFF checks: a per-task policy is refused as the
+    # backend's would be (InvalidInput is a ValueError), never converted.
+    retries = TASK_OPTIONS.checked("RETRIES", retries, "@retry", "retries")
+    if backoff is not None:
+        backoff = TASK_OPTIONS.checked("BACKOFF", backoff, "@retry", "backoff")
 
     def mark(func: F) -> F:
         func.delayq_retries = retries  # type: ignore[attr-defined]
@@ -288,23 +275,27 @@ class DelayqBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        options = self.options
-        self.database: str = options.get("DATABASE", "default")
-        self.table: str = options.get("TABLE", "delayed_queue")
-        self.join_atomic: bool = bool(options.get("JOIN_ATOMIC", True))
-        self.retries: int = int(options.get("RETRIES", 0))
-        self.backoff: float = float(options.get("BACKOFF", 1.0))
-        self.max_backoff: float = float(options.get("MAX_BACKOFF", 3600.0))
-        self.lease: float = float(options.get("LEASE", 60.0))
-        retention = options.get("RESULT_RETENTION", DEFAULT_RESULT_RETENTION_S)
-        self.result_retention: float | None = None if retention is None else float(retention)
-        self.polling_interval: float = float(options.get("POLLING_INTERVAL", 5.0))
-        self.pool_size: int = int(options.get("POOL_SIZE", 8))
+        try:
+            options = TASK_OPTIONS.parse(self.options, f"TASKS[{alias!r}] OPTIONS")
+        except InvalidInput as exc:
+            # At construction, not only in a system check: production processes (gunicorn,
+            # a worker) run no checks, and a backend must not enqueue with a guessed setting.
+            raise ImproperlyConfigured(str(exc)) from None
+        self.database: str = options["DATABASE"]
+        self.table: str = options["TABLE"]
+        self.join_atomic: bool = options["JOIN_ATOMIC"]
+        self.retries: int = options["RETRIES"]
+        self.backoff: float = options["BACKOFF"]
+        self.max_backoff: float = options["MAX_BACKOFF"]
+        self.lease: float = options["LEASE"]
+        self.result_retention: float | None = options["RESULT_RETENTION"]
+        self.polling_interval: float = options["POLLING_INTERVAL"]
+        self.pool_size: int = options["POOL_SIZE"]
         #: Periodic tasks (delayq_transport/django/periodic.py), installed by the workers.
-        self.periodic: dict[str, Any] = dict(options.get("PERIODIC") or {})
-        #: ``settings`` | ``admin`` | ``both`` (validated by check() and the worker).
-        self.periodic_source: object = options.get("PERIODIC_SOURCE", "settings")
-        self.periodic_refresh: float = float(options.get("PERIODIC_REFRESH", 60.0))
+        self.periodic: dict[str, Any] = dict(options["PERIODIC"])
+        #: ``settings`` | ``admin`` | ``both`` (delayq_transport/django/periodic_admin.py).
+        self.periodic_source: str = options["PERIODIC_SOURCE"]
+        self.periodic_refresh: float = options["PERIODIC_REFRESH"]
 
     @property
     def schedules(self) -> bool:
@@ -426,13 +417,7 @@ class DelayqBackend(BaseTaskBackend):
         """Admin mode: the source option, and django-celery-beat's rows as a worker would
         install them. Warnings only: rows are data an admin edits, and ``migrate`` (which runs
         the checks) must not be stopped by one."""
-        from .periodic_admin import periodic_source
-
-        try:
-            source = periodic_source(self.periodic_source)
-        except InvalidInput as exc:
-            yield checks.Error(f"{where}: {exc}", id="delayq.E006")
-            return
+        source = self.periodic_source  # one of PERIODIC_SOURCES: checked when made
         if source == "settings":
             return
         if source == "admin" and self.periodic:

@@ -35,12 +35,12 @@ from ..core.integrations import prune_run_claims
 from ..scheduling.carried import Carried, Refused
 from ..scheduling.djbeat import SOURCE, DjangoBeatSource
 from ..scheduling.entries import DEFAULT_GRACE_S, DEFAULT_MISFIRE, EntrySpec, make_spec
+from .options import PERIODIC_SOURCES, TASK_OPTIONS
 
 log = logging.getLogger("delayq_transport.django.periodic")
 
-#: ``OPTIONS["PERIODIC_SOURCE"]``: where a backend's periodic tasks come from.
-SOURCES = ("settings", "admin", "both")
-DEFAULT_SOURCE = "settings"
+SOURCES = PERIODIC_SOURCES
+DEFAULT_SOURCE = TASK_OPTIONS.default("PERIODIC_SOURCE")
 #: The ``headers`` keys an admin row may set (django.tasks messages have no headers).
 HEADER_OPTIONS = ("delayq_misfire", "delayq_grace")
 #: Old claims of occurrences written to run history are pruned every this many refreshes.

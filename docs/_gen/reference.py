@@ -4,6 +4,7 @@ Each page comes from one definition site in the code:
 
 * transport-options.md: ``delayq_transport.transport.options.TRANSPORT_OPTIONS``;
 * beat-settings.md: ``delayq_beat.conf.BEAT_SETTINGS`` and ``ENTRY_OPTIONS``;
+* django-tasks-options.md: ``delayq_transport.django.options.TASK_OPTIONS``;
 * dramatiq.md, spark.md, python-api.md: signatures and the ``Parameters:`` section of each
   docstring (every parameter documented, nothing documented that is not a parameter);
 * cli.md: click's command tree (``delayq`` with every plugin's commands loaded), rendered from
@@ -234,8 +235,8 @@ def option_default(option: Any) -> str:
     return code(value if isinstance(value, str) else option.default_text)
 
 
-def options_table(options: Any) -> str:
-    return table(("option", "default", "unit", "meaning"),
+def options_table(options: Any, unit: str = "unit") -> str:
+    return table(("option", "default", unit, "meaning"),
                  ((code(o.name), option_default(o), o.unit, o.doc) for o in options.values()))
 
 
@@ -278,6 +279,34 @@ In an entry's `options`, next to Celery's own (`queue`, `routing_key`, `exchange
 which are honoured):
 """,
         options_table(ENTRY_OPTIONS),
+    )
+
+
+def django_tasks_page() -> str:
+    from delayq_transport.django.options import TASK_OPTIONS
+
+    return page(
+        "delayq_transport/django/options.py", "django.tasks backend options",
+        """
+The `OPTIONS` of delayq's `django.tasks` backend (Django 6), all optional:
+
+```python
+TASKS = {
+    "default": {
+        "BACKEND": "delayq_transport.django.tasks.DelayqBackend",
+        "QUEUES": ["default", "mail"],
+        "OPTIONS": {"RETRIES": 3, "LEASE": 120},
+    },
+}
+```
+
+Durations are seconds, as an int or a float. The backend refuses, when it is made (before any
+task is enqueued), an unknown option and a value that is not what its row below expects, with
+`ImproperlyConfigured` naming the option and the value: nothing is converted (`"false"` is not
+False, `"3"` is not 3). How they act: [Django's task framework on
+delayq](../how-to/django-tasks.md).
+""",
+        options_table(TASK_OPTIONS, unit="value"),
     )
 
 
@@ -681,6 +710,7 @@ delayq is licensed under the Apache License 2.0 (`LICENSE`).
 PAGES: dict[str, Callable[[], str]] = {
     "transport-options.md": transport_page,
     "beat-settings.md": beat_page,
+    "django-tasks-options.md": django_tasks_page,
     "dramatiq.md": dramatiq_page,
     "spark.md": spark_page,
     "cli.md": cli_page,

@@ -156,6 +156,32 @@ def test_beat_reads_exactly_the_declared_settings() -> None:
     assert set(ENTRY_OPTIONS) == set(DELAYQ_OPTIONS)
 
 
+def test_django_backend_reads_exactly_the_declared_options() -> None:
+    """The ``django.tasks`` backend reads its OPTIONS only through ``TASK_OPTIONS.parse``
+    (``options["NAME"]`` of what it returns), every declared one, and none by ``.get``: a
+    second reading path would skip the registry's checks and the reference."""
+    import re
+
+    from delayq_transport.django.options import TASK_OPTIONS
+
+    root = ROOT / "delayq_transport/django"
+    read: set[str] = set()
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+                    and node.value.id == "options" and (name := _literal(node.slice))):
+                read.add(name)
+            if isinstance(node, ast.Call) and _callee(node) in ("options.get",
+                                                               "self.options.get"):
+                raise AssertionError(f"{path.name} reads OPTIONS around TASK_OPTIONS.parse")
+    assert read == set(TASK_OPTIONS)
+    # The how-to's example names only declared options.
+    text = (ROOT / "docs/how-to/django-tasks.md").read_text()
+    example = text[text.index('"OPTIONS": {') + len('"OPTIONS": {'):]
+    example = example[:example.index("},")]
+    assert set(re.findall(r'^\s*"([A-Z_]+)":', example, re.M)) <= set(TASK_OPTIONS)
+
+
 def test_web_api_page_lists_every_json_route_and_no_other() -> None:
     """docs/reference/web-api.md is written by hand; its table must name each `/api` route of
     `delayq web` (method and path) and nothing the server does not serve."""

@@ -121,11 +121,17 @@ LEFT JOIN LATERAL (
 
 -- task_results_prune --
 -- Results that finished before `before`, at most `limit` per statement (the caller repeats
--- while a batch was full), found by the (tableName, finishedAt) index.
+-- while a batch was full), oldest first, found by the (tableName, finishedAt) index. The ORDER
+-- BY keeps it there in any session: without it, a generic plan (which guesses a third of the
+-- rows match) or a backlog (most rows expired) made a sequential scan look cheaper for a LIMIT:
+-- it reads the whole table when fewer than a batch expired, and batch after batch of a backlog
+-- every row the earlier batches deleted (tests/integration/test_task_results_at_size.py, 1.1M
+-- results). Only the relaxed pool's enable_seqscan=off held it.
 DELETE FROM "delayq_task_results"
 WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM "delayq_task_results"
     WHERE "tableName" = %(table_name)s AND "finishedAt" < %(before)s::bigint
+    ORDER BY "finishedAt"
     LIMIT %(limit)s
 ))
 

@@ -1,0 +1,241 @@
+"""The statements the ``django.tasks`` backend and its workers run per task and per poll stay
+on their index at size (issue 44): a big ``delayq_task_results`` and a big queue table of
+``django:`` kinds, built with generate_series and analyzed, each statement planned as delayq
+sends it (prepared, generic and custom plans, on the pool it runs on) under EXPLAIN (ANALYZE,
+FORMAT JSON) in a transaction rolled back afterwards.
+
+* per task: ``task_results_start`` (insert, or update on conflict, by (tableName, id)),
+  ``task_results_finish`` (update by (tableName, id)), ``task_results_get`` (the result by its
+  primary key and the queue row by (pKey, pKind));
+* per poll: ``try_poll_many`` over a worker's ``django:`` kinds, ``task_kinds`` (the kinds
+  that hold rows, a loose index scan);
+* per prune: ``task_results_prune`` (finished before the retention, by (tableName,
+  finishedAt)), in the steady state (a few results expired since the last prune among 1.1M
+  kept) and after a backlog (most of a table expired at once, a retention just shortened),
+  on delayq's pool and in a plain session: it stays on its index by its ORDER BY, not only by
+  the relaxed pool's ``enable_seqscan = off``.
+
+test_plans_at_scale.py covers the queue's other statements (ack, lease, offer) for every kind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from _prepared import as_prepared
+from conftest import template_copy
+from test_schema import plan_nodes
+
+from delayq_transport import Database
+from delayq_transport.core.db.queries import Queries
+
+pytestmark = pytest.mark.slow
+
+TABLE = "delayed_queue"
+RESULTS = "delayq_task_results"
+RESULTS_PK = f"{RESULTS}_pkey"
+BY_FINISHED = f"{RESULTS}__by_finished_at"
+BY_KIND = f"{TABLE}__KindPlusScheduledAtIndex"
+BY_KEY = f"{TABLE}__PKeyPlusKindUniqueIndex"
+#: Results of this queue table (a tenth more belong to another one), and queue rows.
+RESULT_ROWS = 1_000_000
+QUEUE_ROWS = 400_000
+DAY_MS = 86_400_000
+RETENTION_MS = 7 * DAY_MS
+#: A worker's kinds of queues default and mail at three priorities each (row g of the queue
+#: table is of DJANGO_KINDS[g % 6]; a seventh of the rows are Celery's).
+DJANGO_KINDS = [f"django:{queue}:{priority}" for queue in ("default", "mail")
+                for priority in (10, 0, -5)]
+NOW = 1_800_000_000_000
+
+
+def build(url: str) -> None:
+    """Both tables. Fast on a busy machine: unlogged, indexes dropped during the insert and
+    rebuilt after (the same definitions), autovacuum off (analyzed by hand, as a table looks
+    between autovacuums)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET maintenance_work_mem = '256MB'")
+        for table in (TABLE, RESULTS):
+            conn.execute(f"ALTER TABLE {table} SET UNLOGGED")
+            conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+        indexes = [r[0] for r in conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = %s AND indexname LIKE '%%Index'",
+            [TABLE])]
+        for index in indexes:
+            conn.execute("DROP INDEX " + index.split(" INDEX ")[1].split(" ON ")[0])
+        conn.execute(f"ALTER TABLE {TABLE} DISABLE TRIGGER USER")
+        conn.execute(
+            f"""INSERT INTO {TABLE} ("pKey", "pKind", "payload", "scheduledAt",
+                                     "scheduledAtInitially", "createdAt")
+                SELECT md5('q' || g), CASE WHEN g %% 7 = 0 THEN 'celery'
+                                           ELSE (%(kinds)s::text[])[1 + g %% 6] END,
+                       '\\x7b7d', at, at, %(now)s
+                FROM generate_series(1, %(rows)s) AS g,
+                     LATERAL (SELECT %(now)s - %(day)s + (g::bigint * 7919) %% (2 * %(day)s))
+                     AS a(at)""",
+            {"kinds": DJANGO_KINDS, "now": NOW, "day": DAY_MS, "rows": QUEUE_ROWS})
+        for index in indexes:
+            conn.execute(index)
+        conn.execute(f"""UPDATE {TABLE} SET "lockUuid" = 'lock-' || id,
+                         "scheduledAt" = %(now)s + 60000 WHERE id <= 50""", {"now": NOW})
+        conn.execute(f"ALTER TABLE {TABLE} ENABLE TRIGGER USER")
+
+        result_indexes = [r[0] for r in conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = %s AND indexname <> %s",
+            [RESULTS, RESULTS_PK])]
+        for index in result_indexes:
+            conn.execute("DROP INDEX " + index.split(" INDEX ")[1].split(" ON ")[0])
+        conn.execute(f"ALTER TABLE {RESULTS} DROP CONSTRAINT {RESULTS_PK}")
+        # Finished over the retention's 7 days (what the prunes keep), one in 50 not finished
+        # (running, or READY while a retry waits), one in 1,500 expired since the last prune.
+        conn.execute(
+            f"""INSERT INTO {RESULTS} ("tableName", "id", "task", "status", "enqueuedAt",
+                                       "startedAt", "lastAttemptedAt", "finishedAt",
+                                       "returnValue", "errors", "workerIds", "updatedAt")
+                SELECT CASE WHEN g %% 10 = 0 THEN 'other_queue' ELSE %(table)s END,
+                       md5('r' || g), '{{"task": "shop.djtasks.add"}}', s.status, at - 5,
+                       at - 2, at - 2, CASE WHEN s.status = 'RUNNING' THEN NULL ELSE at END,
+                       '3', '[]', '["w1"]', at
+                FROM generate_series(1, %(rows)s) AS g,
+                     LATERAL (SELECT CASE WHEN g %% 50 = 0 THEN 'RUNNING'
+                                          ELSE 'SUCCESSFUL' END) AS s(status),
+                     LATERAL (SELECT CASE WHEN g %% 1500 = 1
+                                          THEN %(now)s - %(retention)s - g
+                                          ELSE %(now)s - (g::bigint * 7919) %% %(retention)s
+                                          END) AS a(at)""",
+            {"table": TABLE, "now": NOW, "retention": RETENTION_MS,
+             "rows": RESULT_ROWS * 10 // 9})
+        conn.execute(f'ALTER TABLE {RESULTS} ADD CONSTRAINT {RESULTS_PK} '
+                     f'PRIMARY KEY ("tableName", "id")')
+        for index in result_indexes:
+            conn.execute(index)
+        conn.execute(f"ANALYZE {TABLE}")
+        conn.execute(f"ANALYZE {RESULTS}")
+
+
+@pytest.fixture(scope="module")
+def big(template_db: str) -> Iterator[str]:
+    with template_copy(template_db, prefix="delayq_results") as url:
+        build(url)
+        yield url
+
+
+PARAMS: dict[str, Any] = {
+    "table_name": TABLE, "task": '{"task": "shop.djtasks.add"}', "enqueued_at": NOW,
+    "worker_id": "w2", "at": NOW, "status": "SUCCESSFUL", "finished_at": NOW,
+    "return_value": "4", "errors": "[]", "prefix": "django:", "limit": 1000,
+    "before": NOW - RETENTION_MS, "now": NOW, "kinds": DJANGO_KINDS,
+    "lows": [None] * len(DJANGO_KINDS), "starts": [None] * len(DJANGO_KINDS),
+    "floors": [None] * len(DJANGO_KINDS), "want_next": True, "lease_ms": 60_000,
+    "lock": "L",
+}
+
+#: case -> (statement, overriding parameters, the indexes its plan must use, runs on the
+#: relaxed pool). ``r7`` is a result of this queue table, ``q8`` a waiting task (no result).
+CASES: dict[str, tuple[str, dict[str, Any], set[str], bool]] = {
+    "start_existing": ("task_results_start", {"id": "r7"}, {RESULTS_PK}, True),
+    "start_new": ("task_results_start", {"id": "new-task"}, {RESULTS_PK}, True),
+    "finish": ("task_results_finish", {"id": "r7"}, {RESULTS_PK}, True),
+    "get_result": ("task_results_get", {"id": "r7"}, {RESULTS_PK, BY_KEY}, False),
+    "get_waiting": ("task_results_get", {"id": "q8"}, {RESULTS_PK, BY_KEY}, False),
+    "get_unknown": ("task_results_get", {"id": "nope"}, {RESULTS_PK, BY_KEY}, False),
+    "prune_steady": ("task_results_prune", {}, {BY_FINISHED}, True),
+    "prune_backlog": ("task_results_prune", {"before": NOW}, {BY_FINISHED}, True),
+    "task_kinds": ("task_kinds", {}, {BY_KIND}, True),
+    "poll_django_kinds": ("try_poll_many", {}, {BY_KIND}, True),
+}
+
+
+def md5_ids(params: dict[str, Any]) -> dict[str, Any]:
+    """``r7`` / ``q8`` as the keys the build gave those rows (md5 of 'r7' and 'q8')."""
+    out = dict(params)
+    if out.get("id") in ("r7", "q8"):
+        out["id"] = hashlib.md5(out["id"].encode()).hexdigest()
+    return out
+
+
+def explain(conn: psycopg.Connection[Any], query: str, mode: str,
+            params: dict[str, Any]) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of ``query`` prepared as delayq prepares it, under ``mode``, in a
+    transaction rolled back afterwards (the writes are undone)."""
+    prepared, name, names = as_prepared(query)
+    with conn.transaction(force_rollback=True):
+        conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
+        conn.execute(f"PREPARE {name} AS {prepared}")
+        cur = psycopg.ClientCursor(conn)
+        args = ", ".join(["%s"] * len(names))
+        row = cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {name}({args})",
+                          [params[n] for n in names]).fetchone()
+        conn.execute(f"DEALLOCATE {name}")
+    assert row is not None
+    return row[0][0]  # type: ignore[no-any-return]
+
+
+def scans(plan: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
+    """(node type, relation, index) of every node that reads one of the two big tables or
+    their indexes, conflict arbiters included."""
+    out = []
+    for node in plan_nodes(plan["Plan"]):
+        index = node.get("Index Name")
+        relation = node.get("Relation Name")
+        if relation in (TABLE, RESULTS) or (index or "").startswith((TABLE, RESULTS)):
+            out.append((node["Node Type"], relation, index))
+        out += [("Arbiter", relation, name) for name in node.get("Conflict Arbiter Indexes", [])]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_backends_statements_stay_on_their_index(big: str, case: str, mode: str) -> None:
+    statement, overrides, wanted, relaxed = CASES[case]
+    params = md5_ids({**PARAMS, **overrides})
+    with Database(big, max_size=1) as db:
+        pool = db.relaxed_pool if relaxed else db.pool
+        with pool.connection() as conn:
+            plan = explain(conn, Queries(TABLE)[statement], mode, params)
+    used = scans(plan)
+    shown = json.dumps(plan, indent=1)
+    assert not [s for s in used if s[0] in ("Seq Scan", "Bitmap Heap Scan")], shown
+    assert wanted <= {index for _, _, index in used}, (used, shown)
+    # Bounded reads: no node of the big tables returned more than a prune's batch.
+    assert max((n.get("Actual Rows", 0) for n in plan_nodes(plan["Plan"])
+                if n.get("Relation Name") in (TABLE, RESULTS)), default=0) <= 1000, shown
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+@pytest.mark.parametrize("case", ["prune_steady", "prune_backlog"])
+def test_the_prune_stays_on_its_index_in_any_session(big: str, case: str, mode: str) -> None:
+    """The prune, planned in a plain session (sequential scans allowed, as on a pool whose
+    settings a pooler dropped): still the (tableName, finishedAt) index."""
+    statement, overrides, wanted, _ = CASES[case]
+    with psycopg.connect(big, autocommit=True) as conn:
+        plan = explain(conn, Queries(TABLE)[statement], mode, {**PARAMS, **overrides})
+    used = scans(plan)
+    assert not [s for s in used if s[0] in ("Seq Scan", "Bitmap Heap Scan")], \
+        json.dumps(plan, indent=1)
+    assert wanted <= {index for _, _, index in used}, used
+
+
+def test_the_rows_the_plans_ran_on_are_there(big: str) -> None:
+    """Control: the statements above found what they were planned for (a result by id, a
+    waiting task by key, a batch of expired results, the kinds), so a plan that stayed on its
+    index did so while doing the work."""
+    with Database(big, max_size=1) as db, db.pool.connection() as conn:
+        counts = conn.execute(
+            f"""SELECT (SELECT count(*) FROM {RESULTS}),
+                       (SELECT count(*) FROM {RESULTS} WHERE "tableName" = %(t)s
+                        AND "finishedAt" < %(before)s)""",
+            {"t": TABLE, "before": NOW - RETENTION_MS}).fetchone()
+        assert counts is not None and counts[0] >= RESULT_ROWS and 500 < counts[1] < 5000
+        q = Queries(TABLE)
+        for key, found in (("r7", (True, False)), ("q8", (False, True)), ("nope", (False, False))):
+            row = conn.execute(q["task_results_get"], md5_ids({**PARAMS, "id": key})).fetchone()
+            assert row is not None and (row[1] is not None, row[9] is not None) == found, key
+        kinds = {r[0] for r in conn.execute(q["task_kinds"], PARAMS)}
+        assert kinds == set(DJANGO_KINDS)
+
