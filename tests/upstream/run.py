@@ -49,6 +49,7 @@ import argparse
 import importlib
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -541,11 +542,12 @@ def main(argv: list[str] | None = None) -> int:
     sql(BASE_URL, f'CREATE DATABASE "{dbname}"')
     url = STATE["url"] = url_for(dbname)
     worker: RunningWorker | None = None
+    links: Path | None = None
     try:
         os.environ["DELAYQ_UPSTREAM_DATABASE_URL"] = url
         os.environ["DJANGO_SETTINGS_MODULE"] = "upstream_settings"
         sys.path.insert(0, str(HERE))
-        link_packages(args.django, args.tasks_db)
+        links = link_packages(args.django, args.tasks_db)
         import django
         from django.test.utils import override_settings, setup_test_environment
 
@@ -591,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
 
         connections.close_all()
         sql(BASE_URL, f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        if links is not None:
+            shutil.rmtree(links)  # the links only: rmtree does not follow them
 
 
 if __name__ == "__main__":
