@@ -7,7 +7,9 @@ database."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import logging
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -76,7 +78,9 @@ def test_enqueue_writes_a_row_and_any_reader_gets_the_result_from_the_database(
 
     result = djtasks.add.enqueue(1, b=2)
     assert result.status == TaskResultStatus.READY and result.attempts == 0
+    assert result.is_finished is False and result.errors == [] and result.worker_ids == []
     assert result.enqueued_at is not None and result.started_at is None
+    assert result.last_attempted_at is None and result.finished_at is None
     assert result.args == [1] and result.kwargs == {"b": 2} and result.backend == "default"
     kind, _, lock = row(dj_url, result.id) or (None, None, None)
     assert kind == "django:default:0" and lock is None
@@ -89,8 +93,9 @@ def test_enqueue_writes_a_row_and_any_reader_gets_the_result_from_the_database(
     assert djtasks.add.get_result(result.id).id == result.id
     with pytest.raises(ValueError, match="Task has not finished yet"):
         got.return_value  # noqa: B018
+    before = dataclasses.asdict(result)
     result.refresh()
-    assert result.status == TaskResultStatus.READY
+    assert dataclasses.asdict(result) == before  # nothing ran: refresh reads the same result
 
 
 def test_aenqueue_and_aget_result(dj_url: str) -> None:
@@ -100,10 +105,55 @@ def test_aenqueue_and_aget_result(dj_url: str) -> None:
         result = await djtasks.async_add.aenqueue(2, 3)
         got = await default_task_backend.aget_result(result.id)
         assert got.task == djtasks.async_add and got.args == [2, 3] and got == result
+        before = dataclasses.asdict(result)
         await result.arefresh()
-        assert result.status == TaskResultStatus.READY
+        assert dataclasses.asdict(result) == before
+        assert (await djtasks.async_add.aget_result(result.id)) == result
+        with pytest.raises(TaskResultDoesNotExist):
+            await default_task_backend.aget_result(str(uuid.uuid4()))
 
     asyncio.run(flow())
+
+
+def test_arguments_json_cannot_hold_are_refused_at_enqueue_and_nothing_is_written(
+        dj_url: str) -> None:
+    """Django normalises arguments to JSON when the result is made, before the backend
+    writes anything: a value JSON cannot hold fails the caller's enqueue, not the worker."""
+    from shop import djtasks
+
+    with pytest.raises(TypeError, match="Unsupported type"):
+        djtasks.add.enqueue(timezone.now(), 1)
+    with pytest.raises(TypeError, match="Unsupported type"):
+        asyncio.run(djtasks.add.aenqueue(1, b=object()))
+    assert sql(dj_url, "SELECT count(*) FROM delayed_queue") == [(0,)]
+
+
+def test_a_task_reads_only_its_own_results(dj_url: str) -> None:
+    """``Task.get_result`` is the task's view: another task's result id is a mismatch, not
+    that other task's result."""
+    from django.tasks.exceptions import TaskResultMismatch
+    from shop import djtasks
+
+    theirs = djtasks.mail_add.enqueue(1, 2)
+    assert djtasks.mail_add.get_result(theirs.id) == theirs
+    with pytest.raises(TaskResultMismatch, match="Task does not match"):
+        djtasks.add.get_result(theirs.id)
+    with pytest.raises(TaskResultMismatch, match="Task does not match"):
+        asyncio.run(djtasks.add.aget_result(theirs.id))
+
+
+def test_enqueue_is_validated_against_the_backend_it_lands_on(dj_url: str) -> None:
+    """A task made while other settings held (a queue this backend does not list) is refused
+    at enqueue, sync and async, as Django's backends refuse it: nothing is written."""
+    from shop import djtasks
+
+    with override_settings(TASKS={"default": {"BACKEND": BACKEND, "QUEUES": ["other"]}}):
+        elsewhere = djtasks.add.using(queue_name="other")
+    with pytest.raises(InvalidTask, match="Queue 'other' is not valid for backend"):
+        elsewhere.enqueue(1, 1)
+    with pytest.raises(InvalidTask, match="Queue 'other' is not valid for backend"):
+        asyncio.run(elsewhere.aenqueue(1, 1))
+    assert sql(dj_url, "SELECT count(*) FROM delayed_queue") == [(0,)]
 
 
 def test_a_result_that_does_not_exist_raises(dj_url: str) -> None:
@@ -148,6 +198,28 @@ def test_enqueue_inside_atomic_joins_the_transaction(dj_url: str) -> None:
     assert row(dj_url, kept.id) is not None and row(dj_url, inner.id) is None
 
 
+def test_a_task_enqueued_inside_atomic_is_not_there_before_the_commit_unlike_djangos_backends(
+        dj_url: str) -> None:
+    """A deliberate difference from Django's DummyBackend and ImmediateBackend, which take a
+    task at once even inside ``atomic()`` (their tests: "doesn't wait until transaction
+    commit by default"). Delayq writes it in the caller's transaction (``JOIN_ATOMIC``, on by
+    default), as django-tasks-db does: until the commit no other connection sees it and no
+    worker can run it, so a task never acts on rows its transaction then rolls back.
+    ``enqueued_at`` is set at once all the same; ``JOIN_ATOMIC=False`` gives Django's
+    behaviour."""
+    from shop import djtasks
+
+    with transaction.atomic():
+        result = djtasks.add.enqueue(1, 1)
+        assert result.enqueued_at is not None
+        assert row(dj_url, result.id) is None  # another connection: not there yet
+    assert row(dj_url, result.id) is not None
+    assert default_task_backend.get_result(result.id) == result
+    with override_settings(TASKS=tasks_setting(JOIN_ATOMIC=False)), transaction.atomic():
+        at_once = djtasks.add.enqueue(2, 2)
+        assert row(dj_url, at_once.id) is not None
+
+
 def test_outside_atomic_and_with_join_atomic_off_a_task_commits_at_once(dj_url: str) -> None:
     from shop import djtasks
 
@@ -178,6 +250,18 @@ def test_task_enqueued_is_sent(dj_url: str) -> None:
     assert seen == [(DelayqBackend, result.id, TaskResultStatus.READY)]
 
 
+def test_enqueue_logs_one_line_naming_the_task(dj_url: str, caplog: pytest.LogCaptureFixture
+                                               ) -> None:
+    """Django's receiver of ``task_enqueued`` logs it (``django.tasks``, DEBUG); delayq adds
+    nothing to that logger."""
+    from shop import djtasks
+
+    with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+        result = djtasks.add.enqueue(1, 1)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("django.tasks")]
+    assert len(lines) == 1 and "enqueued" in lines[0] and result.id in lines[0]
+
+
 def _messages(backend: DelayqBackend) -> list[tuple[str, str]]:
     return [(m.id or "", m.msg) for m in backend.check()]
 
@@ -189,6 +273,15 @@ def test_check_passes_on_the_project_and_names_a_missing_table(dj_url: str) -> N
     [(code, message)] = _messages(missing)
     assert code == "delayq.W002"
     assert "no delayq tables for table 'dj_missing'" in message and "migrate" in message
+
+
+def test_check_warns_when_the_app_is_not_installed(dj_url: str) -> None:
+    """Without ``delayq_transport.django`` in INSTALLED_APPS the backend enqueues, but there is
+    no ``manage.py delayq_worker`` to run its tasks: the check says which app to add."""
+    with override_settings(INSTALLED_APPS=["shop"]):
+        messages = _messages(task_backends["default"])
+    assert [code for code, _ in messages] == ["delayq.W001"]
+    assert "'delayq_transport.django' is not in INSTALLED_APPS" in messages[0][1]
 
 
 def test_check_names_a_wrong_database(dj_url: str) -> None:

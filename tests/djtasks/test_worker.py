@@ -6,6 +6,8 @@ pruning and a shutdown that lets a running task finish."""
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from datetime import timedelta
 from typing import Any
@@ -39,7 +41,7 @@ def test_results_as_django_defines_them(dj_url: str) -> None:
         TaskResultStatus.SUCCESSFUL, 5, 9, 13)
     assert ctx.return_value == "ctx" and runs(dj_url) == [("ctx", ctx.id, 1, runs(dj_url)[0][3])]
     for result in (ok, mail, coro, ctx):
-        assert result.errors == [] and result.attempts == 1
+        assert result.errors == [] and result.attempts == 1 and result.is_finished is True
         assert result.worker_ids == [worker.worker_id]
         assert result.enqueued_at <= result.started_at <= result.last_attempted_at
         assert result.last_attempted_at <= result.finished_at
@@ -49,9 +51,101 @@ def test_results_as_django_defines_them(dj_url: str) -> None:
     [error] = bad.errors
     assert error.exception_class is ValueError
     assert error.traceback.endswith("ValueError: boom\n") and "djtasks.py" in error.traceback
+    assert bad.is_finished is True and bad.finished_at >= bad.started_at >= bad.enqueued_at
     [error] = odd.errors  # a return value JSON cannot hold fails the task, as in Django
     assert odd.status == TaskResultStatus.FAILED and error.exception_class is TypeError
+    assert "Unsupported type" in error.traceback and odd._return_value is None
     assert row_count(dj_url) == 0  # every row acked
+
+
+def test_a_task_raising_an_exception_that_holds_an_exception_fails_with_its_repr(
+        dj_url: str) -> None:
+    from shop import djtasks
+
+    with running():
+        result = finished(djtasks.nested_error.enqueue("inner"))
+    assert result.status == TaskResultStatus.FAILED and result._return_value is None
+    [error] = result.errors
+    assert error.exception_class is ValueError
+    assert error.traceback.endswith("ValueError: inner\n")  # str() of the outer one
+    assert "raise ValueError(ValueError(message))" in error.traceback  # the line that raised
+
+
+def test_a_task_that_raises_keyboardinterrupt_fails_and_the_worker_goes_on(
+        dj_url: str) -> None:
+    """A deliberate difference from Django's ImmediateBackend, which runs the task inside
+    ``enqueue()``, so a KeyboardInterrupt the task raises reaches the caller (its test
+    "throws keyboard interrupt"). Delayq runs the task in a worker: whatever it raises,
+    SystemExit and KeyboardInterrupt included, is the task's failure, recorded with its
+    traceback; the caller's enqueue returned long before, and the worker takes the next task.
+    (A SystemExit fails the task in Django's ImmediateBackend too.)"""
+    from shop import djtasks
+
+    with running(threads=1):
+        interrupted = finished(djtasks.interrupts.enqueue("stop"))
+        exited = finished(djtasks.exits.enqueue("bye"))
+        after = finished(djtasks.add.enqueue(1, 2))
+    for result, kind, message in ((interrupted, KeyboardInterrupt, "stop"),
+                                  (exited, SystemExit, "bye")):
+        assert result.status == TaskResultStatus.FAILED and result.attempts == 1
+        [error] = result.errors
+        assert error.exception_class is kind
+        assert error.traceback.endswith(f"{kind.__name__}: {message}\n")
+    assert after.status == TaskResultStatus.SUCCESSFUL and after.return_value == 3
+
+
+def test_each_run_is_logged_as_djangos_backends_log_it(
+        dj_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Django logs ``task_started`` and ``task_finished`` (``django.tasks``): the worker sends
+    them, so a task's log is enqueued, RUNNING, then SUCCESSFUL or FAILED (at ERROR, with the
+    traceback)."""
+    from shop import djtasks
+
+    with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+        ok = djtasks.add.enqueue(1, 1)  # before the worker starts: logged before it runs
+        bad = djtasks.fail.enqueue("logged")
+        with running(threads=1):
+            finished(ok)
+            finished(bad)
+            wait_until(lambda: sum("state=" in r.getMessage() for r in caplog.records) == 4,
+                       "four state lines")
+    for result, last, level in ((ok, "state=SUCCESSFUL", logging.INFO),
+                                (bad, "state=FAILED", logging.ERROR)):
+        mine = [r for r in caplog.records
+                if r.name == "django.tasks" and result.id in r.getMessage()]
+        assert ["enqueued" in mine[0].getMessage(), "state=RUNNING" in mine[1].getMessage(),
+                last in mine[2].getMessage()] == [True, True, True] and len(mine) == 3
+        assert mine[2].levelno == level
+    [failed] = [r for r in caplog.records if "state=FAILED" in r.getMessage()]
+    assert failed.exc_info is not None and "logged" in str(failed.exc_info[1])
+
+
+def test_a_task_whose_path_names_no_task_fails_without_running(dj_url: str) -> None:
+    """A row whose task path no longer names a task (code removed or renamed since it was
+    enqueued, or a path that never was one) is not run: the worker records it as failed with
+    the reason and acks it, and goes on (django-tasks-db refuses such a row as well)."""
+    from shop import djtasks
+
+    backend = task_backends["default"]
+    assert isinstance(backend, DelayqBackend)
+    template = djtasks.add.enqueue(1, 1)
+    sql(dj_url, "TRUNCATE delayed_queue")
+    payload = json.loads(encode(template))
+    bad = {"not-a-task": "shop.models.Order", "gone": "shop.nowhere.task"}
+    for key, path in bad.items():
+        backend.store().queue_for("django:default:0").offer(
+            key, json.dumps({**payload, "task": path}).encode())
+    with running():
+        after = finished(djtasks.add.enqueue(2, 2))
+        wait_until(lambda: row_count(dj_url) == 0, "every row settled")
+    stored = dict((k, (s, e)) for k, s, e in sql(
+        dj_url, 'SELECT "id", "status", "errors" FROM delayq_task_results WHERE "id" <> %s',
+        [after.id]))
+    assert stored.keys() == bad.keys()
+    assert stored["not-a-task"][0] == "FAILED"
+    assert stored["not-a-task"][1][0]["exception_class_path"].endswith("InvalidTask")
+    assert stored["gone"][0] == "FAILED" and "ModuleNotFoundError" in str(stored["gone"][1])
+    assert after.status == TaskResultStatus.SUCCESSFUL and runs(dj_url) == []
 
 
 def test_priority_is_honoured_across_queues_in_one_poll(dj_url: str) -> None:
@@ -91,11 +185,24 @@ def test_retries_back_off_and_every_attempt_is_recorded(dj_url: str) -> None:
 
 
 def test_the_backends_retries_option_is_every_tasks_default(dj_url: str) -> None:
+    """``task_finished`` is sent once, for the final outcome: an attempt that will be retried
+    has not finished the task."""
     from shop import djtasks
 
-    with running(RETRIES=1, BACKOFF=0.05):
-        result = djtasks.fail.enqueue("again")
-        finished(result)
+    seen: list[tuple[str, Any]] = []
+
+    def ended(sender: Any, task_result: TaskResult, **kwargs: Any) -> None:
+        seen.append((task_result.id, task_result.status))
+
+    task_finished.connect(ended)
+    try:
+        with running(RETRIES=1, BACKOFF=0.05):
+            result = djtasks.fail.enqueue("again")
+            finished(result)
+            wait_until(lambda: seen, "task_finished")
+    finally:
+        task_finished.disconnect(ended)
+    assert seen == [(result.id, TaskResultStatus.FAILED)]
     assert result.status == TaskResultStatus.FAILED and result.attempts == 2
     assert [e.exception_class for e in result.errors] == [ValueError, ValueError]
 

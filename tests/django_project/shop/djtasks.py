@@ -62,6 +62,21 @@ def unserialisable() -> object:
 
 
 @task()
+def exits(message: str) -> None:
+    raise SystemExit(message)
+
+
+@task()
+def interrupts(message: str) -> None:
+    raise KeyboardInterrupt(message)
+
+
+@task()
+def nested_error(message: str) -> None:
+    raise ValueError(ValueError(message))
+
+
+@task()
 async def async_add(a: int, b: int) -> int:
     await asyncio.sleep(0)
     return a + b
