@@ -23,7 +23,8 @@ ATTRIBUTES = {"DATABASE": "database", "TABLE": "table", "JOIN_ATOMIC": "join_ato
               "RETRIES": "retries", "BACKOFF": "backoff", "MAX_BACKOFF": "max_backoff",
               "LEASE": "lease", "RESULT_RETENTION": "result_retention",
               "POLLING_INTERVAL": "polling_interval", "POOL_SIZE": "pool_size",
-              "PERIODIC": "periodic"}
+              "PERIODIC": "periodic", "PERIODIC_SOURCE": "periodic_source",
+              "PERIODIC_REFRESH": "periodic_refresh"}
 
 
 def backend(**options: Any) -> DelayqBackend:
@@ -36,7 +37,8 @@ def test_every_option_has_its_documented_default() -> None:
     assert {name: getattr(made, attr) for name, attr in ATTRIBUTES.items()} == {
         "DATABASE": "default", "TABLE": "delayed_queue", "JOIN_ATOMIC": True, "RETRIES": 0,
         "BACKOFF": 1.0, "MAX_BACKOFF": 3600.0, "LEASE": 60.0, "RESULT_RETENTION": 7 * 86400.0,
-        "POLLING_INTERVAL": 5.0, "POOL_SIZE": 8, "PERIODIC": {}}
+        "POLLING_INTERVAL": 5.0, "POOL_SIZE": 8, "PERIODIC": {}, "PERIODIC_SOURCE": "settings",
+        "PERIODIC_REFRESH": 60.0}
 
 
 def test_given_values_are_taken_as_given() -> None:
@@ -56,6 +58,8 @@ def test_given_values_are_taken_as_given() -> None:
     ("POOL_SIZE", 0, "an int >= 1"),
     ("BACKOFF", "1s", "a number of seconds >= 0"),
     ("LEASE", 0, "a number of seconds > 0"),
+    ("PERIODIC_SOURCE", "beat", "one of 'settings', 'admin', 'both'"),
+    ("PERIODIC_REFRESH", 0, "a number of seconds > 0"),
     ("POLLING_INTERVAL", True, "a number of seconds > 0"),  # True is an int in Python
     ("RESULT_RETENTION", -1, "a number of seconds >= 0, or None (kept forever)"),
     ("TABLE", "queue; DROP", "a table name"),
