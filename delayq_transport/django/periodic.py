@@ -38,7 +38,6 @@ from datetime import UTC, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from django.tasks import Task
 from django.utils.module_loading import import_string
 
 from ..core import Database, DelayedQueue, Envelope, InvalidInput
@@ -49,6 +48,7 @@ from ..scheduling.misfire import misfired
 from ..scheduling.plans import Occurrence, RefreshReport, Settings
 from ..scheduling.schedules import parse_crontab
 from ..scheduling.store import EntryStore
+from ._framework import Task
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,18 @@ from typing import Any
 import pytest
 from django.core import checks
 from django.db import transaction
-from django.tasks import TaskResultStatus, default_task_backend, task_backends
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.test.utils import override_settings
 from django.utils import timezone
 
 from delayq_transport.core.queue import due_ms
+from delayq_transport.django._framework import (
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    default_task_backend,
+    task_backends,
+    task_enqueued,
+)
 from delayq_transport.django.backend import kind_of, kinds_for, to_ms
 from delayq_transport.django.tasks import DelayqBackend
 
@@ -59,7 +64,7 @@ def test_validate_task_is_djangos(dj_url: str) -> None:
     with pytest.raises(InvalidTask, match="run_after must be an aware datetime."):
         djtasks.add.using(run_after=naive)
     with pytest.raises(InvalidTask, match="Task function must be defined at a module level."):
-        from django.tasks import task
+        from delayq_transport.django._framework import task
 
         @task()
         def local() -> None: ...

@@ -12,11 +12,16 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.tasks import TaskResult, TaskResultStatus, task_backends
-from django.tasks.exceptions import TaskResultDoesNotExist
-from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 
+from delayq_transport.django._framework import (
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+    task_finished,
+    task_started,
+)
 from delayq_transport.django.backend import encode
 from delayq_transport.django.tasks import DelayqBackend
 
