@@ -20,8 +20,18 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from django.core.exceptions import ImproperlyConfigured
+
 from ..core import InvalidInput
 from ..core.db import params_url
+
+
+class FrameworkMissing(ImproperlyConfigured):
+    """Django's task framework is not importable: neither ``django.tasks`` (Django >= 6) nor
+    the ``django-tasks`` backport (``django_tasks``). Raised on import of the backend's modules
+    (:mod:`._framework`), and by ``delayq_transport.django.tasks``' names when used: that module
+    stays importable for Celery's Django fixup."""
+
 
 #: ``OPTIONS`` keys that Django or the driver consume, not libpq: left out of the URL.
 DJANGO_ONLY_OPTIONS = frozenset({

@@ -24,8 +24,9 @@ naming the option, the value and what it expects, when the backend is made (befo
 enqueue), never converted. Their reference, rendered from that registry:
 docs/reference/django-tasks-options.md.
 
-Needs Django 6 (Python >= 3.12); the django-tasks backport on older Django is not supported
-yet.
+Needs Django 6 (``django.tasks``, Python >= 3.12) or, on Django 4.2 to 5.2, the
+``django-tasks`` backport (``django_tasks``): :mod:`._framework` picks the one this project has
+and is where the two differ.
 """
 
 from __future__ import annotations
@@ -44,11 +45,6 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
-from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -67,6 +63,17 @@ from ..core import (
 )
 from ..formats.django_tasks import KIND_PREFIX, MIN_PRIORITY, kind_of, kinds_for
 from . import database_url
+from ._framework import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+    task_enqueued,
+)
 from .options import TASK_OPTIONS
 
 __all__ = ["KIND_PREFIX", "DelayqBackend", "kind_of", "kinds_for", "retry", "task_backends"]
@@ -81,7 +88,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def retry(retries: int, *, backoff: float | None = None) -> Callable[[F], F]:
     """A task's own retry policy, under ``@task`` (Django 6.0's ``task()`` takes no options of
-    a backend's)::
+    a backend's; the backport's passes them to ``task_class``, but one decorator serves both)::
 
         @task()
         @retry(3, backoff=2.0)

@@ -41,7 +41,6 @@ from datetime import UTC, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from django.tasks import Task
 from django.utils.module_loading import import_string
 
 from ..core import Database, DelayedQueue, Envelope, InvalidInput
@@ -54,6 +53,7 @@ from ..scheduling.plans import Occurrence, RefreshReport, Settings
 from ..scheduling.refresher import RefreshThread
 from ..scheduling.schedules import parse_crontab
 from ..scheduling.store import EntryStore
+from ._framework import Task
 from .periodic_admin import DEFAULT_SOURCE, AdminEntries, periodic_source
 
 log = logging.getLogger(__name__)

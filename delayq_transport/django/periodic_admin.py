@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.tasks import Task
 from django.utils.module_loading import import_string
 
 from ..core import DelayedQueue, InvalidInput
@@ -35,6 +34,7 @@ from ..core.integrations import prune_run_claims
 from ..scheduling.carried import Carried, Refused
 from ..scheduling.djbeat import SOURCE, DjangoBeatSource
 from ..scheduling.entries import DEFAULT_GRACE_S, DEFAULT_MISFIRE, EntrySpec, make_spec
+from ._framework import Task
 from .options import PERIODIC_SOURCES, TASK_OPTIONS
 
 log = logging.getLogger("delayq_transport.django.periodic")

@@ -45,9 +45,6 @@ from queue import Empty, SimpleQueue
 from typing import Any
 
 from django.db import close_old_connections
-from django.tasks import TaskContext
-from django.tasks.signals import task_finished, task_started
-from django.utils.json import normalize_json
 
 from ..core import (
     Database,
@@ -61,12 +58,18 @@ from ..core import (
     TaskResults,
 )
 from ..formats.django_tasks import KIND_PREFIX, TASK_FIELDS
-from .backend import (
-    DelayqBackend,
+from ._framework import (
     Task,
+    TaskContext,
     TaskError,
     TaskResult,
     TaskResultStatus,
+    normalize_json,
+    task_finished,
+    task_started,
+)
+from .backend import (
+    DelayqBackend,
     errors_of,
     from_ms,
     kind_of,
@@ -522,7 +525,7 @@ def _child(settings_module: str, alias: str, queue_names: list[str] | None, thre
     import django
 
     django.setup()
-    from .backend import task_backends
+    from ._framework import task_backends
 
     backend = task_backends[alias]
     assert isinstance(backend, DelayqBackend)

@@ -592,6 +592,9 @@ COMPAT: tuple[tuple[str, str | None, str, str | None, str, str], ...] = (
      "transactional publishing, the admin with django-celery-beat, imports); 6.1 on 3.12 "
      "without django-celery-beat, whose 2.9 allows Django < 6.1 (transactional publishing, "
      "the settings' URLs). Django 6 needs Python 3.12", "`scripts/test`, `scripts/check-compat`"),
+    ("django-tasks (Django's task framework on Django < 6)", "django-tasks", "", "0.12",
+     "0.12.0 on Django 5.2, Python 3.11 (tests/djtasks, which also runs on Django 6.0's own "
+     "`django.tasks` on 3.12)", "`scripts/test`"),
     ("Dramatiq", "dramatiq", "", "2.2", "2.2.1", "`scripts/test`, `scripts/check-packaging`"),
     ("PySpark", "pyspark", "", "4.3", "4.3.0 only: the floor is allowed by pyproject but not run "
      "in CI", "`scripts/test`, `scripts/check-packaging`"),
@@ -609,6 +612,8 @@ EXTRA_USES: dict[str, str] = {
     "solar": "Celery's `solar` schedules in beat",
     "move": "`delayq move-from redis://...` (a Celery app on Redis has it already)",
     "django": "`delayq_transport.django`: settings, `DELAYQ_JOIN_ATOMIC`, admin mode",
+    "django-tasks-backport": "the `django.tasks` backend on Django 4.2 to 5.2 (Django 6 has "
+                             "the framework)",
 }
 #: Extras that are not for users: the development environment and the benchmarks' peers.
 DEV_EXTRAS = ("dev", "bench")

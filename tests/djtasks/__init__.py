@@ -1,1 +1,1 @@
-"""Django 6's task framework on delayq (see conftest.py)."""
+"""Django's task framework on delayq, Django 6's and the django-tasks backport (see conftest.py)."""

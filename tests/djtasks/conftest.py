@@ -1,9 +1,12 @@
-"""Django 6's task framework on delayq (delayq_transport/django/tasks.py, worker.py), tested
+"""Django's task framework on delayq (delayq_transport/django/tasks.py, worker.py), tested
 against the suite's real Django project (tests/django_project: its settings' ``TASKS``, its
 tasks in shop/djtasks.py) and a real PostgreSQL database.
 
-Django 6 needs Python >= 3.12: scripts/test runs this directory with the 3.12 environment
-(constraints/dev-py312.txt); under an older Django it is not collected.
+Both frameworks delayq_transport/django/_framework.py picks from, and the tests import the
+framework from there only: ``django.tasks`` of Django 6 (Python >= 3.12: scripts/test runs
+this directory with the 3.12 environment, constraints/dev-py312.txt) and the django-tasks
+backport on Django 5.2 (the suite's Python 3.11 environment runs it a second time). Under a
+Django with neither it is not collected.
 
 The project is set up in this process once, on a database of its own copied from the suite's
 migrated template (Django's own tables migrated into it): in-process tests enqueue and read
@@ -21,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,8 +33,7 @@ import psycopg
 import pytest
 
 if TYPE_CHECKING:
-    from django.tasks import TaskResult
-
+    from delayq_transport.django._framework import TaskResult
     from delayq_transport.django.worker import Worker
 
 PROJECT = Path(__file__).resolve().parents[1] / "django_project"
@@ -38,7 +41,7 @@ ROOT = PROJECT.parents[1]
 #: The project's database in this process (created by ``dj_url``, from the suite's template).
 DB_NAME = f"delayq_dj6_{os.getpid()}"
 
-if django.VERSION < (6, 0):
+if django.VERSION < (6, 0) and find_spec("django_tasks") is None:  # neither framework
     collect_ignore_glob = ["test_*.py"]
 else:
     # Set up before collection: test modules declare tasks
@@ -213,9 +216,9 @@ FINAL = ("SUCCESSFUL", "FAILED")
 def running(threads: int = 2, **options: Any) -> Iterator[Worker]:
     """A worker of the project's default backend (with these OPTIONS) on a thread of this
     process; stopped (and its shutdown checked) at the end of the block."""
-    from django.tasks import task_backends
     from django.test.utils import override_settings
 
+    from delayq_transport.django._framework import task_backends
     from delayq_transport.django.tasks import DelayqBackend
     from delayq_transport.django.worker import Worker
 

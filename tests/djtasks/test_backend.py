@@ -17,13 +17,19 @@ from typing import Any
 import pytest
 from django.core import checks
 from django.db import transaction
-from django.tasks import TaskResultStatus, default_task_backend, task_backends
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.test.utils import override_settings
 from django.utils import timezone
 
 from delayq_transport.core.queue import due_ms
+from delayq_transport.django._framework import (
+    SOURCE,
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    default_task_backend,
+    task_backends,
+    task_enqueued,
+)
 from delayq_transport.django.backend import kind_of, kinds_for, to_ms
 from delayq_transport.django.tasks import DelayqBackend
 
@@ -61,7 +67,7 @@ def test_validate_task_is_djangos(dj_url: str) -> None:
     with pytest.raises(InvalidTask, match="run_after must be an aware datetime."):
         djtasks.add.using(run_after=naive)
     with pytest.raises(InvalidTask, match="Task function must be defined at a module level."):
-        from django.tasks import task
+        from delayq_transport.django._framework import task
 
         @task()
         def local() -> None: ...
@@ -131,8 +137,9 @@ def test_arguments_json_cannot_hold_are_refused_at_enqueue_and_nothing_is_writte
 def test_a_task_reads_only_its_own_results(dj_url: str) -> None:
     """``Task.get_result`` is the task's view: another task's result id is a mismatch, not
     that other task's result."""
-    from django.tasks.exceptions import TaskResultMismatch
     from shop import djtasks
+
+    from delayq_transport.django._framework import TaskResultMismatch
 
     theirs = djtasks.mail_add.enqueue(1, 2)
     assert djtasks.mail_add.get_result(theirs.id) == theirs
@@ -256,9 +263,9 @@ def test_enqueue_logs_one_line_naming_the_task(dj_url: str, caplog: pytest.LogCa
     nothing to that logger."""
     from shop import djtasks
 
-    with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+    with caplog.at_level(logging.DEBUG, logger=SOURCE):
         result = djtasks.add.enqueue(1, 1)
-    lines = [r.getMessage() for r in caplog.records if r.name.startswith("django.tasks")]
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith(SOURCE)]
     assert len(lines) == 1 and "enqueued" in lines[0] and result.id in lines[0]
 
 

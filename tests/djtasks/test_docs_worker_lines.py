@@ -1,6 +1,6 @@
 """Every ``manage.py delayq_worker ...`` line the pages show parses with the command's own
 parser (as tests/unit/test_docs_commands.py does for ``delayq`` and ``celery`` lines; the
-command needs Django 6, so the check lives here)."""
+command needs Django's task framework, so the check lives here)."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.tasks import task_backends
 from django.test.utils import override_settings
 
+from delayq_transport.django._framework import task_backends
 from delayq_transport.django.backend import retry
 from delayq_transport.django.options import TASK_OPTIONS
 from delayq_transport.django.tasks import DelayqBackend

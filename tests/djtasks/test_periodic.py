@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from django.tasks import TaskResultStatus, default_task_backend
-
+from delayq_transport.django._framework import TaskResultStatus, default_task_backend
 from delayq_transport.django.tasks import DelayqBackend
 
 from .conftest import finished, running, runs, sql, wait_until

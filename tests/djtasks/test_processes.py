@@ -29,7 +29,8 @@ from collections.abc import Callable
 import psutil
 import psycopg
 import pytest
-from django.tasks import TaskResult, TaskResultStatus
+
+from delayq_transport.django._framework import TaskResult, TaskResultStatus
 
 from .conftest import PROJECT, WorkerProcess, manage, project_env, row_count, runs, sql, wait_until
 from .conftest import finished as conftest_finished
@@ -51,7 +52,7 @@ def test_a_worker_process_runs_tasks_and_another_process_reads_the_results(
     for result in results:
         finished(result)
     assert [r.return_value for r in results[:10]] == [2 * i for i in range(10)]
-    code = ("from django.tasks import default_task_backend as b; "
+    code = ("from delayq_transport.django._framework import default_task_backend as b; "
             f"r = b.get_result({results[3].id!r}); f = b.get_result({results[-1].id!r}); "
             "print(r.status, r.return_value, f.status, f.errors[0].exception_class_path)")
     out = manage(project_env(dj_url), "shell", "-c", code)  # Django 6 first says what it

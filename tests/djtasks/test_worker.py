@@ -14,11 +14,17 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.tasks import TaskResult, TaskResultStatus, task_backends
-from django.tasks.exceptions import TaskResultDoesNotExist
-from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 
+from delayq_transport.django._framework import (
+    SOURCE,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+    task_finished,
+    task_started,
+)
 from delayq_transport.django.backend import encode
 from delayq_transport.django.tasks import DelayqBackend
 
@@ -101,7 +107,7 @@ def test_each_run_is_logged_as_djangos_backends_log_it(
     traceback)."""
     from shop import djtasks
 
-    with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+    with caplog.at_level(logging.DEBUG, logger=SOURCE):
         ok = djtasks.add.enqueue(1, 1)  # before the worker starts: logged before it runs
         bad = djtasks.fail.enqueue("logged")
         with running(threads=1):
@@ -112,7 +118,7 @@ def test_each_run_is_logged_as_djangos_backends_log_it(
     for result, last, level in ((ok, "state=SUCCESSFUL", logging.INFO),
                                 (bad, "state=FAILED", logging.ERROR)):
         mine = [r for r in caplog.records
-                if r.name == "django.tasks" and result.id in r.getMessage()]
+                if r.name == SOURCE and result.id in r.getMessage()]
         assert ["enqueued" in mine[0].getMessage(), "state=RUNNING" in mine[1].getMessage(),
                 last in mine[2].getMessage()] == [True, True, True] and len(mine) == 3
         assert mine[2].levelno == level

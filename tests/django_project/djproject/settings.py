@@ -16,7 +16,9 @@
   ``DJANGO_BEAT_REFRESH``: Celery's ``beat_scheduler`` and delayq_beat's
   ``delayq_beat_source`` / ``delayq_beat_refresh_interval`` (seconds);
 * ``DJANGO_TASKS_OPTIONS``: JSON, the ``OPTIONS`` of ``TASKS["default"]``, delayq's backend of
-  Django's task framework (Django 6; older versions ignore ``TASKS``; tasks: shop/djtasks.py);
+  Django's task framework (Django 6, or the django-tasks backport on older Django, then also in
+  ``INSTALLED_APPS`` unless ``DJANGO_TASKS_APP=0``; without either ``TASKS`` is ignored;
+  tasks: shop/djtasks.py);
   ``DJANGO_TASKS_BACKEND=db``: django-tasks-db's backend instead (bench/bench_djtasks.py).
 """
 
@@ -25,7 +27,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from importlib.util import find_spec
 
+import django
 from psycopg.conninfo import conninfo_to_dict
 
 from delayq_transport.django import broker_url
@@ -66,7 +70,12 @@ DATABASES = {
 DELAYQ_JOIN_ATOMIC = os.environ.get("DJANGO_DELAYQ_JOIN_ATOMIC", "1") == "1"
 DELAYQ_DATABASE = "default"
 
-# Django 6's task framework on delayq (tests/djtasks), in the same table as Celery's tasks.
+# Django's task framework on delayq (tests/djtasks), in the same table as Celery's tasks: Django
+# 6's django.tasks, or on older Django the django-tasks backport, whose app registers the
+# backends' system checks (delayq.W008 says so when it is missing).
+if (django.VERSION < (6, 0) and find_spec("django_tasks") is not None
+        and os.environ.get("DJANGO_TASKS_APP", "1") == "1"):
+    INSTALLED_APPS += ["django_tasks"]
 TASKS = {
     "default": {
         "BACKEND": "delayq_transport.django.tasks.DelayqBackend",

@@ -1,5 +1,6 @@
-"""Tasks of Django's task framework (``django.tasks``, Django 6) on delayq's backend, for
-tests/django_tasks. A worker imports them by path; nothing imports this module on Django < 6.
+"""Tasks of Django's task framework (``django.tasks`` of Django 6, or the django-tasks backport:
+imported from delayq_transport/django/_framework.py, which picks it) on delayq's backend, for
+tests/djtasks. A worker imports them by path; nothing imports this module without a framework.
 
 Crash hooks, read from the environment when the module is imported (a worker's):
 
@@ -19,9 +20,14 @@ import signal
 from typing import Any
 
 from django.db import connection
-from django.tasks import TaskContext, TaskResult, task
-from django.tasks.signals import task_finished, task_started
 
+from delayq_transport.django._framework import (
+    TaskContext,
+    TaskResult,
+    task,
+    task_finished,
+    task_started,
+)
 from delayq_transport.django.tasks import retry
 
 from .models import Order, TaskRun

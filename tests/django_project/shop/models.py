@@ -28,9 +28,9 @@ class Tick(models.Model):
 
 
 class TaskRun(models.Model):
-    """One run of a ``django.tasks`` task of shop/djtasks.py (Django 6): which task, which
-    result, which attempt, in which worker process. One row per run, so a duplicate run shows
-    as two rows with one result id."""
+    """One run of a ``django.tasks`` task of shop/djtasks.py (Django 6 or the backport): which
+    task, which result, which attempt, in which worker process. One row per run, so a
+    duplicate run shows as two rows with one result id."""
 
     label = models.CharField(max_length=200)
     result_id = models.CharField(max_length=64)
