@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _prepared import as_prepared
+from _prepared import explain_prepared
 from conftest import template_copy
 from test_schema import plan_nodes
 
@@ -84,18 +84,7 @@ def big_table(request: pytest.FixtureRequest, template_db: str) -> Iterator[str]
 
 
 def explain(conn: psycopg.Connection[Any], query: str, mode: str) -> dict[str, Any]:
-    """EXPLAIN ANALYZE of ``query`` prepared with ``$n`` placeholders under ``mode`` (the
-    session's JIT setting untouched), in a transaction rolled back afterwards."""
-    prepared, name, names = as_prepared(query)
-    with conn.transaction(force_rollback=True):
-        conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
-        conn.execute(f"PREPARE {name} AS {prepared}")
-        cur = psycopg.ClientCursor(conn)
-        args = ", ".join(["%s"] * len(names))
-        row = cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {name}({args})",
-                          [PARAMS[n] for n in names]).fetchone()
-    assert row is not None
-    return row[0][0]  # type: ignore[no-any-return]
+    return explain_prepared(conn, query, mode, PARAMS)
 
 
 def indexes_used(plan: dict[str, Any]) -> list[tuple[str, str | None]]:

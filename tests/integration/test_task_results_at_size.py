@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _prepared import as_prepared
+from _prepared import explain_prepared
 from conftest import template_copy
 from test_schema import plan_nodes
 
@@ -161,19 +161,7 @@ def md5_ids(params: dict[str, Any]) -> dict[str, Any]:
 
 def explain(conn: psycopg.Connection[Any], query: str, mode: str,
             params: dict[str, Any]) -> dict[str, Any]:
-    """EXPLAIN ANALYZE of ``query`` prepared as delayq prepares it, under ``mode``, in a
-    transaction rolled back afterwards (the writes are undone)."""
-    prepared, name, names = as_prepared(query)
-    with conn.transaction(force_rollback=True):
-        conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
-        conn.execute(f"PREPARE {name} AS {prepared}")
-        cur = psycopg.ClientCursor(conn)
-        args = ", ".join(["%s"] * len(names))
-        row = cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {name}({args})",
-                          [params[n] for n in names]).fetchone()
-        conn.execute(f"DEALLOCATE {name}")
-    assert row is not None
-    return row[0][0]  # type: ignore[no-any-return]
+    return explain_prepared(conn, query, mode, params)
 
 
 def scans(plan: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
