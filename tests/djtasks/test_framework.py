@@ -73,7 +73,8 @@ print("checks:", *[m.id for m in checks.run_checks() if (m.id or "").startswith(
 @pytest.mark.skipif(not BACKPORT, reason="Django 6 always has django.tasks: only an older "
                     "Django can lack a framework (delayq.E006)")
 def test_without_a_framework_the_names_and_the_check_say_what_to_install(dj_url: str) -> None:
-    done = subprocess.run([sys.executable, "-c", MISSING], cwd=PROJECT, env=project_env(dj_url),
+    env = {**project_env(dj_url), "DJANGO_TASKS_BACKEND": "delayq"}  # TASKS set all the same
+    done = subprocess.run([sys.executable, "-c", MISSING], cwd=PROJECT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     names, found = done.stdout.strip().splitlines()[-2:]

@@ -17,7 +17,8 @@
   ``delayq_beat_source`` / ``delayq_beat_refresh_interval`` (seconds);
 * ``DJANGO_TASKS_OPTIONS``: JSON, the ``OPTIONS`` of ``TASKS["default"]``, delayq's backend of
   Django's task framework (Django 6, or the django-tasks backport on older Django, then also in
-  ``INSTALLED_APPS`` unless ``DJANGO_TASKS_APP=0``; without either ``TASKS`` is ignored;
+  ``INSTALLED_APPS`` unless ``DJANGO_TASKS_APP=0``; without either ``TASKS`` is not set, unless
+  ``DJANGO_TASKS_BACKEND=delayq``, which checks' tests of a missing framework set;
   tasks: shop/djtasks.py);
   ``DJANGO_TASKS_BACKEND=db``: django-tasks-db's backend instead (bench/bench_djtasks.py).
 """
@@ -73,16 +74,20 @@ DELAYQ_DATABASE = "default"
 # Django's task framework on delayq (tests/djtasks), in the same table as Celery's tasks: Django
 # 6's django.tasks, or on older Django the django-tasks backport, whose app registers the
 # backends' system checks (delayq.W008 says so when it is missing).
-if (django.VERSION < (6, 0) and find_spec("django_tasks") is not None
+# With neither (Django < 6 without the backport, as check-compat's Django 4.2 set runs the
+# Celery tests) TASKS is not set: delayq.E006 would rightly refuse a backend with no framework.
+TASK_FRAMEWORK = django.VERSION >= (6, 0) or find_spec("django_tasks") is not None
+if (django.VERSION < (6, 0) and TASK_FRAMEWORK
         and os.environ.get("DJANGO_TASKS_APP", "1") == "1"):
     INSTALLED_APPS += ["django_tasks"]
-TASKS = {
-    "default": {
-        "BACKEND": "delayq_transport.django.tasks.DelayqBackend",
-        "QUEUES": ["default", "mail"],
-        "OPTIONS": json.loads(os.environ.get("DJANGO_TASKS_OPTIONS", "{}")),
-    },
-}
+if TASK_FRAMEWORK or os.environ.get("DJANGO_TASKS_BACKEND") == "delayq":
+    TASKS = {
+        "default": {
+            "BACKEND": "delayq_transport.django.tasks.DelayqBackend",
+            "QUEUES": ["default", "mail"],
+            "OPTIONS": json.loads(os.environ.get("DJANGO_TASKS_OPTIONS", "{}")),
+        },
+    }
 if os.environ.get("DJANGO_TASKS_BACKEND") == "db":  # the peer bench/bench_djtasks.py compares
     INSTALLED_APPS += ["django_tasks_db"]
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend",
