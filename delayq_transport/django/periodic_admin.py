@@ -35,11 +35,10 @@ from ..scheduling.carried import Carried, Refused
 from ..scheduling.djbeat import SOURCE, DjangoBeatSource
 from ..scheduling.entries import DEFAULT_GRACE_S, DEFAULT_MISFIRE, EntrySpec, make_spec
 from ._framework import Task
-from .options import PERIODIC_SOURCES, TASK_OPTIONS
+from .options import TASK_OPTIONS
 
 log = logging.getLogger("delayq_transport.django.periodic")
 
-SOURCES = PERIODIC_SOURCES
 DEFAULT_SOURCE = TASK_OPTIONS.default("PERIODIC_SOURCE")
 #: The ``headers`` keys an admin row may set (django.tasks messages have no headers).
 HEADER_OPTIONS = ("delayq_misfire", "delayq_grace")
@@ -48,12 +47,11 @@ PRUNE_EVERY = 60
 
 
 def periodic_source(value: object) -> str:
-    """``OPTIONS["PERIODIC_SOURCE"]``, validated (None: the default)."""
+    """``OPTIONS["PERIODIC_SOURCE"]`` through the registry's own check (None: the default), for
+    callers that build a :class:`~.periodic.Scheduler` without a backend."""
     if value is None:
-        return DEFAULT_SOURCE
-    if value not in SOURCES:
-        raise InvalidInput(f"OPTIONS PERIODIC_SOURCE must be one of {SOURCES}, got {value!r}")
-    return str(value)
+        return str(DEFAULT_SOURCE)
+    return str(TASK_OPTIONS.checked("PERIODIC_SOURCE", value, "OPTIONS"))
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,6 @@ from .backend import (
     task_of,
 )
 from .periodic import Scheduler, misfired_occurrences
-from .periodic_admin import periodic_source
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +198,6 @@ class Worker:
                  worker_id: str | None = None, schedule: bool = True) -> None:
         if threads < 1:
             raise ValueError("threads must be >= 1")
-        # Before any connection is opened: a wrong OPTIONS value leaks no pool.
-        periodic = periodic_source(backend.periodic_source)
         self.backend = backend
         self.queue_names = list(queue_names or backend.queue_names())
         self.threads = threads
@@ -229,7 +226,7 @@ class Worker:
             misfired=misfired_occurrences(self.queue), listen_on_thread=True, jobs=jobs)
         #: Installs the backend's periodic tasks (none declared, or ``schedule=False``: None).
         self.scheduler = Scheduler(
-            self.db, self.queue, backend.periodic, source=periodic,
+            self.db, self.queue, backend.periodic, source=backend.periodic_source,
             alias=backend.alias, refresh_interval=backend.periodic_refresh,
         ) if schedule and backend.schedules else None
         self._event = threading.Event()
