@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from apps.steady import load_far_rows
 from harness import (
     APPS_DIR,
     MB,
@@ -265,19 +266,6 @@ def _schema(ctx: Ctx, url: str, queue: str) -> None:
     subprocess.run([sys.executable, "-c", code, url, queue], env=ctx.env, check=True)
 
 
-def _far_rows(url: str, queue: str, n: int) -> None:
-    """``n`` rows of ``queue`` due in 30 days (generate_series, a million per statement)."""
-    for lo in range(0, n, 1_000_000):
-        execute(url, """
-            INSERT INTO delayed_queue ("pKey", "pKind", payload, "scheduledAt",
-                                       "scheduledAtInitially", "createdAt")
-            SELECT 'far-' || i, %(q)s, '\\x00', t + i, t + i, t
-            FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS i,
-                 (SELECT (extract(epoch FROM now()) * 1000)::bigint + 2592000000 AS t) AS n
-            """, {"q": queue, "lo": lo, "hi": min(lo + 1_000_000, n) - 1})  # type: ignore[arg-type]
-    execute(url, "VACUUM ANALYZE delayed_queue")
-
-
 def _on(ctx: Ctx, url: str, queue: str, tag: str) -> Ctx:
     """``ctx`` pointed at another database and queue (one the scenario prepared)."""
     from systems import app_env
@@ -296,7 +284,7 @@ def scale(ctx: Ctx) -> Figures:
         for side, rows in (("big", p["rows"]), ("ref", p["ref_rows"])):
             url = cache["_stack"].enter_context(fresh_database(ctx.admin_url, "bench_scale"))
             _schema(ctx, url, "scale")
-            _far_rows(url, "scale", rows)
+            load_far_rows(url, "scale", rows)
             made[side] = url
         cache["scale"] = made
     seconds = {}
@@ -360,17 +348,29 @@ def snapshot(ctx: Ctx) -> Figures:
     return out
 
 
-def spark(ctx: Ctx) -> Figures:
-    """``schedule_tasks`` (first run and re-run) or, for the ``copy`` row, one process COPYing
-    the same rows; in a process of the revision measured (apps/spark_app.py)."""
-    what = "copy" if ctx.system.framework == "copy" else "schedule"
-    done = subprocess.run([sys.executable, "spark_app.py", what, ctx.url or "",
-                           str(ctx.params["rows"])], cwd=APPS_DIR, env=ctx.env,
-                          capture_output=True, text=True, timeout=1800)
+def _app(ctx: Ctx, *args: str, timeout: float = 1800) -> Figures:
+    """The figures an app script prints as JSON, run in a process of the revision measured."""
+    done = subprocess.run([sys.executable, *args], cwd=APPS_DIR, env=ctx.env,
+                          capture_output=True, text=True, timeout=timeout)
     if done.returncode:
-        raise RuntimeError(f"spark_app {what}: {done.stderr[-2000:]}")
+        raise RuntimeError(f"{' '.join(args[:2])}: {done.stderr[-2000:]}")
     figures: Figures = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
+
+
+def spark(ctx: Ctx) -> Figures:
+    """``schedule_tasks`` (first run and re-run) or, for the ``copy`` row, one process COPYing
+    the same rows (apps/spark_app.py)."""
+    what = "copy" if ctx.system.framework == "copy" else "schedule"
+    return _app(ctx, "spark_app.py", what, ctx.url or "", str(ctx.params["rows"]))
+
+
+def churn(ctx: Ctx) -> Figures:
+    """The queue core under ``rate`` rows/s for ``seconds`` with ``far_rows`` waiting
+    (apps/steady.py): the first and last third's rate, pick-up and poll p99, table size."""
+    p = ctx.params
+    return _app(ctx, "steady.py", ctx.url or "", str(p["seconds"]), str(p["rate"]),
+                str(p["far_rows"]), timeout=p["seconds"] + 1800)
 
 
 # -- the table -------------------------------------------------------------------------------
@@ -454,5 +454,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              {"rate": 150, "seconds": 180, "n": 3_000}, {"rate": 50, "seconds": 6, "n": 300}),
     Scenario("spark", "Spark `schedule_tasks` against COPY", spark, ("spark-delayq", "copy"),
              {"rows": 1_000_000}, {"rows": 20_000}),
+    Scenario("churn", "the queue core under a steady load", churn, ("core-delayq",),
+             {"seconds": 900, "rate": 300, "far_rows": 1_000_000},
+             {"seconds": 20, "rate": 100, "far_rows": 10_000}, rounds=1),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}

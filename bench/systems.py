@@ -48,11 +48,11 @@ class System:
     @property
     def delayq(self) -> bool:
         """Runs delayq's code: the rows a run against another revision repeats."""
-        return self.broker == "delayq" or self.framework == "spark"
+        return self.broker == "delayq"
 
     @property
     def database(self) -> bool:
-        return self.broker in DATABASE_BROKERS or self.framework == "spark"
+        return self.broker in DATABASE_BROKERS
 
     @property
     def inproc(self) -> bool:
@@ -141,6 +141,10 @@ SYSTEMS: tuple[System, ...] = (
     System("procrastinate-relaxed", "Procrastinate 3.10, `synchronous_commit=off`",
            "procrastinate", "procrastinate", relaxed=True,
            config="as above, every connection `synchronous_commit=off`"),
+    System("core-delayq", "delayq's queue core", "core", "delayq",
+           config="`DelayedQueue` driven directly: one producer thread offering batches every "
+                  "20 ms, two consumer threads polling up to 100 rows and acking as the "
+                  "transport does"),
     System("spark-delayq", "Spark `schedule_tasks`", "spark", "delayq",
            config="local[2], 8 partitions, its run ledger"),
     System("copy", "one process COPYing the same rows", "copy", "copy", limit=True,
