@@ -201,8 +201,13 @@ def state(system: System, tree: Path | None, admin_url: str, logdir: Path,
             stack.callback(flush)
         if system.broker == "rabbitmq":
             stack.callback(_rabbitmq_delete, queue)
+        app_url = url
+        if system.via.startswith("pgbouncer"):
+            app_url = stack.enter_context(pgbouncer(admin_url)).url(url)
+            if system.via == "pgbouncer-listen":
+                options = {**(options or {}), "listen_url": url}
         env = dict(os.environ, PYTHONPATH=python_path(tree), BENCH_REDIS=REDIS_URL,
-                   **app_env(system, url, queue, options), **(extra_env or {}))
+                   **app_env(system, app_url, queue, options), **(extra_env or {}))
         if tree is not None:
             env["BENCH_DELAYQ_ROOT"] = str(tree)
         if system.inproc:
@@ -217,6 +222,20 @@ def state(system: System, tree: Path | None, admin_url: str, logdir: Path,
             if done.returncode:
                 raise RuntimeError(f"{system.name}: {' '.join(install)}:\n{done.stderr[-2000:]}")
         yield ctx
+
+
+@contextlib.contextmanager
+def pgbouncer(admin_url: str) -> Iterator[Any]:
+    """A PgBouncer in transaction pooling in front of the server, for one run (the tests'
+    own, tests/topology/pgbouncer.py)."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from topology.pgbouncer import PgBouncer
+
+    bouncer = PgBouncer(admin_url, mode="transaction").start()
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
 
 
 def _cleanup(ctx: Ctx) -> None:

@@ -64,6 +64,13 @@ class Cell:
         known = systems.BY_NAME.get(self.system)
         return str(self.settings.get("label") or (known.label if known else self.system))
 
+    def setting(self, name: str) -> str:
+        """What the records say about their system (``config``, ``durability``): the
+        systems table's row only when there is no record."""
+        known = systems.BY_NAME.get(self.system)
+        fallback = known.settings().get(name, "") if known else ""
+        return str(self.settings.get(name, fallback))
+
     @property
     def settings(self) -> dict[str, Any]:
         return dict(self.runs[0].get("settings") or {}) if self.runs else {}

@@ -376,6 +376,7 @@ def churn(ctx: Ctx) -> Figures:
 # -- the table -------------------------------------------------------------------------------
 
 CELERY = ("celery-delayq", "celery-redis", "celery-rabbitmq")
+PGBOUNCER = ("celery-delayq-pgbouncer", "celery-delayq-pgbouncer-listen")
 DRAMATIQ = ("dramatiq-delayq", "dramatiq-redis", "dramatiq-rabbitmq")
 DJANGO = ("django-delayq", "django-delayq-tuned", "django-tasks-db", "django-ox",
           "django-ox-tuned", "django-task-psql", "django-task-psql-tuned")
@@ -398,12 +399,13 @@ class Scenario:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-E2E = {"n": 10_000, "producers": 2, "limit_s": 60}
-LATENCY = {"immediate": 500, "countdowns": 300, "span_s": 10, "low_s": 2, "high_s": 10,
+E2E = {"n": 10_000, "producers": 2, "limit_s": 30}
+LATENCY = {"immediate": 300, "countdowns": 180, "span_s": 6, "low_s": 2, "high_s": 6,
            "grace_s": 30}
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("e2e", "end to end", e2e,
              (*CELERY, "celery-delayq-durable", "celery-rabbitmq-confirm", "celery-memory",
+              *PGBOUNCER,
               *DRAMATIQ, "dramatiq-postgres", "dramatiq-stub", *DJANGO, *PEERS),
              E2E, {"n": 1_000, "limit_s": 20}),
     Scenario("e2e-threads", "end to end, producers publishing from 8 threads each", e2e,
@@ -413,7 +415,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              (*CELERY, *DRAMATIQ, "dramatiq-postgres"), {"n": 10_000, "producers": 2,
                                                          "limit_s": 300}, {"n": 1_000}),
     Scenario("latency", "pick-up and spaced countdowns", latency,
-             (*CELERY, *DRAMATIQ, *DJANGO, "pgqueuer", "procrastinate"), LATENCY,
+             (*CELERY, *PGBOUNCER, *DRAMATIQ, *DJANGO, "pgqueuer", "procrastinate"), LATENCY,
              {"immediate": 50, "countdowns": 30, "span_s": 3, "low_s": 1, "high_s": 3,
               "grace_s": 10}),
     Scenario("burst", "a burst of countdowns, 1 producer", burst,
@@ -424,9 +426,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              ("celery-delayq", "dramatiq-delayq"),
              {"n": 2_000, "span_s": 20, "producers": 4, "grace_s": 60},
              {"n": 200, "span_s": 3, "grace_s": 10}),
-    Scenario("burst-20k", "a burst of 20,000 countdowns, 4 producers", burst,
+    Scenario("burst-10k", "a burst of 10,000 countdowns, 4 producers", burst,
              ("celery-delayq", "dramatiq-delayq"),
-             {"n": 20_000, "span_s": 60, "producers": 4, "grace_s": 60},
+             {"n": 10_000, "span_s": 30, "producers": 4, "grace_s": 60},
              {"n": 400, "span_s": 3, "grace_s": 10}),
     Scenario("many-burst", "20 worker processes: a burst of countdowns, 4 producers", burst,
              ("dramatiq-delayq",), {"n": 2_000, "span_s": 20, "producers": 4, "grace_s": 60,
@@ -436,14 +438,14 @@ SCENARIOS: tuple[Scenario, ...] = (
              ("dramatiq-delayq",), {**E2E, "producers": 4, "layout": (20, 1), "notify": True},
              {"n": 1_000, "limit_s": 20, "layout": (4, 1)}),
     Scenario("kill", "a killed worker", kill,
-             (*CELERY, *DJANGO), {"n": 4, "hold_s": 3, "bound_s": 90},
-             {"bound_s": 25}, rounds=2,
+             (*CELERY, *DJANGO), {"n": 4, "hold_s": 3, "bound_s": 75},
+             {"bound_s": 25}, rounds=1,
              options={"celery-delayq": {"acquire_timeout": 10},
                       "celery-redis": {"visibility_timeout": 10,
                                        "unacked_restore_throttle": 1}},
              env={"BENCH_ACKS_LATE": "1"}),
-    Scenario("hold", "100,000 one-hour countdowns waiting", hold, (*CELERY, *DRAMATIQ),
-             {"n": 100_000, "producers": 4, "settle_s": 15}, {"n": 2_000, "settle_s": 3},
+    Scenario("hold", "one-hour countdowns waiting", hold, (*CELERY, *DRAMATIQ),
+             {"n": 50_000, "producers": 4, "settle_s": 15}, {"n": 2_000, "settle_s": 3},
              rounds=1),
     Scenario("copy", "one process COPYing the rows a producer writes", copy,
              ("celery-delayq", "dramatiq-delayq", *PEERS), {"n": 10_000}, {"n": 1_000}),
@@ -451,11 +453,12 @@ SCENARIOS: tuple[Scenario, ...] = (
              {"n": 5_000, "rows": 5_000_000, "ref_rows": 10_000, "limit_s": 300},
              {"n": 500, "rows": 100_000, "ref_rows": 1_000}),
     Scenario("snapshot", "a held snapshot", snapshot, ("celery-delayq",),
-             {"rate": 150, "seconds": 180, "n": 3_000}, {"rate": 50, "seconds": 6, "n": 300}),
+             {"rate": 150, "seconds": 180, "n": 3_000}, {"rate": 50, "seconds": 6, "n": 300},
+             rounds=1),
     Scenario("spark", "Spark `schedule_tasks` against COPY", spark, ("spark-delayq", "copy"),
              {"rows": 1_000_000}, {"rows": 20_000}),
     Scenario("churn", "the queue core under a steady load", churn, ("core-delayq",),
-             {"seconds": 900, "rate": 300, "far_rows": 1_000_000},
+             {"seconds": 600, "rate": 300, "far_rows": 1_000_000},
              {"seconds": 20, "rate": 100, "far_rows": 10_000}, rounds=1),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}

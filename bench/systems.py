@@ -44,6 +44,9 @@ class System:
     layout: tuple[int, int] | None = None
     relaxed: bool = False
     limit: bool = False
+    #: ``pgbouncer``: the app's connections go through a PgBouncer in transaction pooling
+    #: started for the run (``pgbouncer-listen``: with a direct ``listen_url`` for wake-ups).
+    via: str = ""
 
     @property
     def delayq(self) -> bool:
@@ -83,6 +86,14 @@ SYSTEMS: tuple[System, ...] = (
            config="transport options at their defaults"),
     System("celery-delayq-durable", "delayq, `durable_publish`", "celery", "delayq",
            {"durable_publish": True}, durability=FLUSH, config="`durable_publish=True`"),
+    System("celery-delayq-pgbouncer", "delayq through PgBouncer", "celery", "delayq",
+           durability=COMMIT, via="pgbouncer",
+           config="PgBouncer 1.18 in transaction pooling on the same machine, no LISTEN "
+                  "through it: a task published for now waits for the next poll, every "
+                  "`unheard_polling_interval` (0.5 s)"),
+    System("celery-delayq-pgbouncer-listen", "delayq through PgBouncer, `listen_url`",
+           "celery", "delayq", durability=COMMIT, via="pgbouncer-listen",
+           config="the same, wake-ups on a direct `listen_url`"),
     System("celery-redis", "Redis", "celery", "redis", durability=REDIS,
            config="transport options at their defaults"),
     System("celery-rabbitmq", "RabbitMQ", "celery", "rabbitmq", durability=SOCKET,

@@ -137,7 +137,8 @@ def _send_all(sender: Sender, items: list[Item]) -> None:
 def produce(make_sender: Callable[[], Sender], job: dict[str, Any]) -> None:
     """One producer: its share of ``job``, from ``job["threads"]`` threads (each its own
     sender), started on the harness' go (``sync``: the barrier's key, default ``key``); stamps
-    ``key:sent0`` and ``key:sent_end``, and the CPU seconds it used sending (``key:cpu``)."""
+    ``key:sent0`` (the first producer's start) and ``key:sent_end`` (each one's end), and the
+    CPU seconds it used sending (``key:cpu``)."""
     items, key, sync = plan(job), job["key"], job.get("sync", job["key"])
     threads = max(1, int(job.get("threads", 1)))
     senders = [make_sender() for _ in range(threads)]
@@ -146,6 +147,7 @@ def produce(make_sender: Callable[[], Sender], job: dict[str, Any]) -> None:
     if rc.blpop([f"{sync}:go"], timeout=600) is None:
         sys.exit("producer: no go from the harness within 600 s")
     first, cpu0 = time.time(), time.process_time()
+    rc.setnx(f"{key}:sent0", repr(first))
     errors: list[BaseException] = []
 
     def run(sender: Sender, share: list[Item]) -> None:
@@ -165,7 +167,6 @@ def produce(make_sender: Callable[[], Sender], job: dict[str, Any]) -> None:
     if errors:
         raise errors[0]
     pipe = rc.pipeline(transaction=False)
-    pipe.setnx(f"{key}:sent0", repr(first))
     pipe.rpush(f"{key}:sent_end", repr(time.time()))
     pipe.rpush(f"{key}:cpu", repr(time.process_time() - cpu0))
     pipe.execute()
