@@ -175,7 +175,8 @@ class Ctx:
         return ":".join((self.key, *map(str, parts)))
 
     def log(self, what: str) -> Path:
-        return self.logdir / f"{self.queue}-{what}.log"
+        """A log of its own per process: a ready line is looked for in it."""
+        return self.logdir / f"{self.queue}-{what}-{uuid.uuid4().hex[:4]}.log"
 
 
 def python_path(tree: Path | None) -> str:

@@ -127,8 +127,12 @@ def run_cmd(quick: bool, rounds: int, scenario_names: str, system_names: str,
     logdir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
     console.print(f"worker logs: {logdir}")
     done: list[records.Record] = []
+    here = records.revision()
+    if records.is_dirty({"revision": here}):
+        console.print("[yellow]uncommitted changes: the renderer will refuse these records "
+                      "(commit first for figures to publish)")
     with contextlib.ExitStack() as stack:
-        entries: list[tuple[str, Path | None]] = [(records.revision(), None)]
+        entries: list[tuple[str, Path | None]] = [(here, None)]
         if rev is not None:
             entries.append((records.revision(rev), stack.enter_context(revision_tree(rev))))
         caches: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -142,7 +146,7 @@ def run_cmd(quick: bool, rounds: int, scenario_names: str, system_names: str,
                     done.append(measure(scenario, entry, rnd, quick, cache, logdir,
                                         admin_url))
                 _save(done, rev is not None)
-    if do_render and rev is None:
+    if do_render and rev is None and not records.is_dirty({"revision": here}):
         render.write()
 
 
