@@ -6,7 +6,8 @@ The templates hold the prose; this module gives them the figures: ``r.e2e("celer
 is the cell of a system in a results file (every round of it), ``cell.fig("tasks_per_s")``
 its median with the rounds' range, ``ratio(a, b, name)`` a ratio of medians, ``about(r.e2e)``
 the command, revision, date and machine the records name. One rounding rule for every figure:
-rates, µs and MB with no decimal, ms with one, seconds with two, ratios with two and ``×``.
+rates, µs and MB with no decimal, ms with one, seconds with two, ratios with two and ``×``,
+other figures as whole numbers when they are, else with two decimals.
 A record of a revision with uncommitted changes is refused (``allow_dirty``: marked instead).
 """
 
@@ -45,7 +46,9 @@ def fmt(name: str, value: float | None) -> str:
         return f"{value:,.1f}"
     if name.endswith("_s") and not name.endswith("per_s"):
         return f"{value:,.2f}"
-    return f"{value:,.0f}"
+    if name.endswith(("_per_s", "_us", "_mb")) or float(value).is_integer():
+        return f"{value:,.0f}"
+    return f"{value:,.2f}"  # a count per task (bench/counted.py): 0.27 statements
 
 
 @dataclass
@@ -98,7 +101,10 @@ class Cell:
             return "failed" if self.errors and not self.ok else MISSING
         text, low, high = (fmt(name, v) for v in (statistics.median(values), min(values),
                                                   max(values)))
-        return text if low == high else f"{text} ({low}–{high})"
+        text = text if low == high else f"{text} ({low}–{high})"
+        if name == "tasks_per_s" and self.values("stopped"):
+            text += f" (stopped at {self.params.get('limit_s')} s)"
+        return text
 
     def rounds(self) -> int:
         return len(self.ok)

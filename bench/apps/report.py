@@ -3,7 +3,8 @@
 Every system runs the same three tasks, and each reports to a Redis database with one round
 trip, whatever the system, so a report costs every system the same:
 
-- ``noop(key, total)``: counts into ``key``; the run that reaches ``total`` stamps ``key:done``;
+- ``noop(key, total)``: counts into ``key`` and stamps the first run (``key:first``) in the
+  same round trip; the run that reaches ``total`` stamps ``key:done``;
 - ``timed(key, ident, due)``: pushes ``"ident start due"`` to ``key:runs``: ``start`` is
   ``time.time()`` when the task starts, ``due`` the time the producer asked it to run at (the
   send time of an immediate task, send time + delay of a deferred one);
@@ -43,7 +44,10 @@ def client() -> redis.Redis:
 
 
 def count(key: str, total: int) -> None:
-    if client().incr(key) >= total:
+    pipe = client().pipeline(transaction=False)
+    pipe.incr(key)
+    pipe.set(f"{key}:first", repr(time.time()), nx=True)
+    if pipe.execute()[0] >= total:
         client().set(f"{key}:done", repr(time.time()), nx=True)
 
 
@@ -73,7 +77,10 @@ def _async_client() -> Any:
 async def acount(key: str, total: int) -> None:
     """:func:`count` for the async workers (PgQueuer, Procrastinate): their event loop is not
     held by the report's round trip."""
-    if await _async_client().incr(key) >= total:
+    pipe = _async_client().pipeline(transaction=False)
+    pipe.incr(key)
+    pipe.set(f"{key}:first", repr(time.time()), nx=True)
+    if (await pipe.execute())[0] >= total:
         await _async_client().set(f"{key}:done", repr(time.time()), nx=True)
 
 
