@@ -32,15 +32,19 @@ from typing import Any, Protocol
 import redis
 
 _local: dict[int, redis.Redis] = {}
+_made = threading.Lock()
 
 
 def client() -> redis.Redis:
-    """This process' client (one per pid: a forked pool child makes its own)."""
+    """This process' client (one per pid: a forked pool child makes its own), made once
+    under a lock: a second client made by a racing thread and dropped would close its
+    connections under the pipeline that uses them."""
     pid = os.getpid()
-    if pid not in _local:
-        _local[pid] = redis.Redis.from_url(os.environ.get("BENCH_REDIS",
-                                                          "redis://127.0.0.1:6379/13"))
-    return _local[pid]
+    with _made:
+        if pid not in _local:
+            _local[pid] = redis.Redis.from_url(os.environ.get("BENCH_REDIS",
+                                                              "redis://127.0.0.1:6379/13"))
+        return _local[pid]
 
 
 def count(key: str, total: int) -> None:
