@@ -156,6 +156,12 @@ def ratio_value(a: Cell, b: Cell, name: str, name_b: str | None = None) -> float
     return None if x is None or not y else round(x / y, 2)
 
 
+def revisions(*found: Cell) -> str:
+    """The revisions of these cells' records, as a table cell shows them."""
+    return ", ".join(sorted({revision_text(r["revision"]) for c in found for r in c.runs})) \
+        or MISSING
+
+
 def revision_text(revision: str) -> str:
     if revision.endswith("+dirty"):
         return f"{revision.removesuffix('+dirty')} (with uncommitted changes)"
@@ -181,6 +187,8 @@ def about(*tables: Results, only: Iterable[str] | None = None) -> str:
     text += ("one round" if rounds == [1] else
              f"medians of {'–'.join(map(str, rounds[::max(len(rounds) - 1, 1)]))} interleaved "
              "rounds, their range in brackets")
+    if any("--quick" in r["command"] for r in found):
+        text += ". A smoke run (`--quick`): sizes too small and rounds too few to rely on"
     return text + "."
 
 
@@ -223,7 +231,8 @@ def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     env.globals.update(ratio=ratio, ratio_value=ratio_value, about=about, holds=holds,
-                       fmt=fmt, cells=cells, systems=systems.BY_NAME, MISSING=MISSING)
+                       fmt=fmt, cells=cells, revisions=revisions, systems=systems.BY_NAME,
+                       MISSING=MISSING)
     return env
 
 
