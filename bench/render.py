@@ -239,8 +239,8 @@ def _environment() -> Environment:
 def render(allow_dirty: bool = False) -> tuple[str, str]:
     """The page and README's table, from the stored records."""
     env, r = _environment(), _All(load(allow_dirty))
-    page = env.get_template("benchmarks.md.j2").render(r=r)
-    table = _tidy(env.get_template("readme.md.j2").render(r=r)).strip("\n")
+    page = env.get_template("benchmarks.j2").render(r=r)
+    table = _tidy(env.get_template("readme.j2").render(r=r)).strip("\n")
     return _tidy(page), table
 
 
