@@ -205,8 +205,9 @@ class PeriodicScheduler:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the refresh thread."""
+        """Stop the refresh thread and retire this scheduler (its heartbeat lapses now)."""
         self._refresher.stop(timeout)
+        self.installer.retire()
 
 
 class PeriodicMiddleware(Middleware):

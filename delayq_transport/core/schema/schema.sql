@@ -260,6 +260,11 @@ DELETE FROM {migrations} WHERE "tableName" = %(table_name)s
 WITH entries AS (DELETE FROM "delayq_schedule_entries" WHERE "tableName" = %(table_name)s)
 DELETE FROM "delayq_schedule_installed" WHERE "tableName" = %(table_name)s
 
+-- uninstall_forget_schedulers --
+-- The table's rows in the schedulers' heartbeats (migration 17), every front end's namespace.
+DELETE FROM "delayq_schedule_schedulers"
+WHERE "tableName" = %(table_name)s OR starts_with("tableName", %(table_name)s || '#')
+
 -- uninstall_forget_task_results --
 -- The table's task results (core/ledgers/task_results.py).
 DELETE FROM "delayq_task_results" WHERE "tableName" = %(table_name)s
@@ -267,7 +272,7 @@ DELETE FROM "delayq_task_results" WHERE "tableName" = %(table_name)s
 -- uninstall_drop_shared --
 -- The tables every queue table of the database shares, once no queue table is left.
 DROP TABLE IF EXISTS {migrations}, "delayq_schedule_entries", "delayq_schedule_installed",
-    "delayq_task_results"
+    "delayq_schedule_schedulers", "delayq_task_results"
 
 -- Blocks named schema_* take {schema} (the queue table's schema) and, for grants, {role} as
 -- extra identifiers, like the grant_* blocks below; core/schema/migrations.py renders them at migration.
@@ -318,8 +323,10 @@ GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_task_results" TO {role}
 
 -- grant_beat --
--- celery beat with the delayq scheduler (run it as the worker role): its two state tables.
-GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed" TO {role}
+-- Schedulers (celery beat with the delayq scheduler, run as the worker role; the Dramatiq and
+-- django.tasks workers' own): the entries, the ledger and the schedulers' heartbeats (each
+-- heartbeat also deletes rows lapsed for a week).
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed", {schema}."delayq_schedule_schedulers" TO {role}
 
 -- grant_producer --
 -- Applications that only publish (apply_async): INSERT rows, read the queue size kombu asks for
@@ -343,5 +350,6 @@ GRANT SELECT ON {schema}."delayq_task_results" TO {role}
 -- pg_stat_activity shows other roles' transactions (without it only this role's own are seen).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.{table}, {schema}.{bindings}, {schema}.{migrations} TO {role};
-GRANT SELECT ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed" TO {role};
+GRANT SELECT ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed",
+    {schema}."delayq_schedule_schedulers" TO {role};
 GRANT pg_monitor TO {role}
