@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, timedelta
@@ -45,10 +44,9 @@ from django.utils.module_loading import import_string
 
 from ..core import Database, DelayedQueue, Envelope, InvalidInput
 from ..formats.django_tasks import kind_of
-from ..scheduling.djbeat import record_runs
 from ..scheduling.entries import EntrySpec, make_spec
 from ..scheduling.installer import Installer
-from ..scheduling.misfire import misfired
+from ..scheduling.misfire import dropped
 from ..scheduling.plans import Occurrence, RefreshReport, Settings
 from ..scheduling.refresher import RefreshThread
 from ..scheduling.schedules import parse_crontab
@@ -180,29 +178,22 @@ class Scheduler:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop refreshing and retire this scheduler (its heartbeat lapses now)."""
         self._refresher.stop(timeout)
+        self.installer.retire()
 
 
 def misfired_occurrences(queue: DelayedQueue) -> Callable[[list[Envelope]], list[Envelope]]:
-    """The session's misfire predicate: occurrences that misfired while no worker ran follow
-    their entry's policy (read from the header in their payload)."""
+    """The session's misfire predicate: the scheduling engine's, for periodic occurrences."""
+    return lambda envs: dropped(queue, envs, _periodic_header)
 
-    def dropped(envs: list[Envelope]) -> list[Envelope]:
-        out = []
-        delivered: list[tuple[str, object]] = []
-        for env in envs:
-            if _PERIODIC_MARK not in env.payload:
-                continue
-            try:
-                info = json.loads(env.payload).get(PERIODIC_FIELD)
-            except (ValueError, AttributeError):
-                continue  # moved aside when handed over
-            if misfired(queue, env.kind, info, int(time.time() * 1000)):
-                out.append(env)
-            else:
-                delivered.append((env.key, info))
-        if delivered:  # rows of django-celery-beat: their run history, as its beat writes it
-            record_runs(queue, delivered)
-        return out
 
-    return dropped
+def _periodic_header(payload: bytes) -> object:
+    """An occurrence's header in its payload (None: not one, or not JSON: moved aside when
+    handed over)."""
+    if _PERIODIC_MARK not in payload:
+        return None
+    try:
+        return json.loads(payload).get(PERIODIC_FIELD)
+    except (ValueError, AttributeError):
+        return None
