@@ -18,6 +18,10 @@ flips between its two hashes. The rule (docs/how-to/beat.md#two-configurations-a
    ended); every other scheduler only beats: it installs and uninstalls nothing.
 4. When its schedulers are gone (a stop retires the heartbeat at once, a kill lets it lapse),
    the newest configuration still alive is in force again: a rollback needs nothing more.
+
+A refresh that takes long renews its heartbeat between its writes (:meth:`Authority.guard`),
+and stops writing once its scheduler has gone unheard for long enough that it may have lapsed:
+authority never passes while a refresh of the old holder still writes.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
@@ -52,6 +57,11 @@ def configuration_hash(shapes: Mapping[str, str]) -> str:
     return config_hash(_HASH_VERSION, sorted(shapes.items()))
 
 
+class Lapsed(Exception):
+    """This scheduler went unheard for so long that another configuration may be in force:
+    the refresh stops writing (the next one beats again)."""
+
+
 class Authority:
     """One scheduler's standing among those of its ledger. Its id changes in a forked child,
     so each process counts as its own scheduler."""
@@ -62,6 +72,9 @@ class Authority:
         self._pid = 0
         self._id = ""
         self._said: tuple[object, ...] = ()
+        #: Monotonic time the last heartbeat (or renewal) was sent: it is alive until at least
+        #: this plus ``alive_for`` on the database's clock.
+        self._beat_at = 0.0
         #: Whether the last heartbeat let this scheduler act.
         self.acting = False
 
@@ -75,12 +88,32 @@ class Authority:
         """Record this scheduler's configuration and read its standing; :attr:`acting` says
         whether this refresh may write (each change of standing is logged once)."""
         own = configuration_hash(shapes)
+        self._beat_at = time.monotonic()
         standing = self.store.heartbeat(
             self.scheduler_id, f"{socket.gethostname()}:{os.getpid()}", own, len(shapes),
             alive_ms=_ms(self.settings.alive_for), keep_ms=_ms(KEEP), now_ms=now_ms)
         self.acting = standing.in_force == own and not standing.lagging
         self._say(own, standing)
         return standing
+
+    def guard(self, now_ms: int | None = None) -> None:
+        """Before each write of a refresh: renew the heartbeat once a refresh interval has
+        passed since it was sent; raise :class:`Lapsed` when it was sent so long ago (all but
+        one interval of ``alive_for``) that it may lapse before the write, or had lapsed."""
+        since = time.monotonic() - self._beat_at
+        interval = self.settings.refresh_interval.total_seconds()
+        if since < interval:
+            return
+        if since < self.settings.alive_for.total_seconds() - interval:
+            sent = time.monotonic()
+            if self.store.renew(self.scheduler_id, alive_ms=_ms(self.settings.alive_for),
+                                now_ms=now_ms):
+                self._beat_at = sent
+                return
+        self.acting = False
+        raise Lapsed(f"delayq schedule: {self.store.ledger_name}: this refresh took {since:.1f}"
+                     " s, so long that this scheduler's heartbeat may have lapsed; it stops "
+                     "writing until its next refresh")
 
     def retire(self, now_ms: int | None = None) -> None:
         """This scheduler stops: the others need not wait for its heartbeat to lapse. A

@@ -32,7 +32,7 @@ from ..core import DelayqError, InvalidInput
 from ..core.integrations import CronMessage, CronService
 from ..core.queue import DelayedQueue, Offer, OfferOutcome, from_ms, to_ms
 from . import bounds, misfire
-from .authority import INVALID, Authority
+from .authority import INVALID, Authority, Lapsed
 from .catchup import GapCatcher
 from .entries import EntrySpec, entry_hash, key_prefix
 from .plans import Delivery, Occurrence, Plan, RefreshReport, Settings
@@ -92,20 +92,37 @@ class Installer:
             return report
         if not was_acting:  # what others did meanwhile is not known: offer whole horizons
             self._verified.clear()
-        now = from_ms(standing.now_ms)
+        try:
+            self._refresh(config, from_ms(standing.now_ms), report)
+        except Lapsed as exc:
+            log.warning("%s", exc)
+            report.in_force = False
+        return report
+
+    def _refresh(self, config: Mapping[str, EntrySpec | Exception], now: datetime,
+                 report: RefreshReport) -> None:
+        """The refresh of the configuration in force; every write is guarded
+        (:meth:`~.authority.Authority.guard`)."""
         specs, broken = self._merge_db_entries(config, report)
         installed = {i.name: i for i in self.store.installed()}
+        # First what is gone, then what changed: an entry the configuration in force removed
+        # stops before the entries it changed switch (however long this refresh takes).
+        self._uninstall([i for name, i in installed.items()
+                         if name not in specs and name not in broken], report)
         plans = self._plans(specs, now, installed, report)
+        self._guard()
         after_gaps, claimed = self.gaps.catch_up(plans, installed, now, report)
         for plan in claimed:  # their horizon is in: offer only what comes later
             self.verified(plan)
         ledger = self._install(plans, after_gaps, report)
+        self._guard()
         self.store.record_installed(ledger)
-        gone = [i for name, i in installed.items() if name not in specs and name not in broken]
-        self._uninstall(gone, report)
+        self._guard()
         report.misfires_dropped = misfire.sweep(self.queue, [
             (p.route.kind, p.prefix, p.hash, p.spec.misfire, p.spec.grace_ms) for p in plans])
-        return report
+
+    def _guard(self) -> None:
+        self.authority.guard(self.queue.clock_ms())
 
     def retire(self) -> None:
         """This scheduler stops: its configuration no longer holds authority through it."""
@@ -199,6 +216,7 @@ class Installer:
         first = previous.first_installed_ms if same and previous is not None else None
         if same and (first is not None or not bounds.needs_first_install(spec)):
             return bounds.window(spec, first)
+        self._guard()
         claim = self.store.first_install(spec.name, kind, hash_, self.queue.clock_ms())
         bounded = bounds.window(spec, claim.at_ms)
         if claim.inserted and bounds.single_instant(spec):
@@ -226,9 +244,11 @@ class Installer:
                 incremental.setdefault(kind, []).extend(todo)
                 self._verified.add((name, plan.hash, kind))
             else:
+                self._guard()
                 self._install_full(plan, previous, report)
             ledger.append(InstalledEntry(name, kind, plan.hash, to_ms(plan.times[-1]), 0))
         for kind, items in incremental.items():
+            self._guard()
             self._offer(kind, items, report)
         return ledger
 
@@ -269,6 +289,7 @@ class Installer:
     def _uninstall(self, gone: Iterable[InstalledEntry], report: RefreshReport) -> None:
         names = []
         for entry in gone:
+            self._guard()
             prefix = _prefix_or_none(entry.name)
             deleted = 0 if prefix is None else CronService(
                 self.queue.with_kind(entry.kind)).uninstall(prefix)

@@ -131,6 +131,9 @@ class EntryStore:
         return self.rows.heartbeat(scheduler, process, config_hash, entries,
                                    alive_ms=alive_ms, keep_ms=keep_ms, now_ms=now_ms)
 
+    def renew(self, scheduler: str, *, alive_ms: int, now_ms: int | None = None) -> bool:
+        return self.rows.renew(scheduler, alive_ms=alive_ms, now_ms=now_ms)
+
     def retire(self, scheduler: str, now_ms: int | None = None) -> None:
         self.rows.retire(scheduler, now_ms)
 

@@ -20,6 +20,7 @@ from test_beat_installer import T0, UTC_ZONE, Clock, installer, spec
 
 from delayq_beat import BeatStore, Installer, Settings
 from delayq_beat.entries import EntrySpec
+from delayq_beat.installer import Route, default_route
 from delayq_transport import DelayedQueue
 from delayq_transport.core.integrations import parse_cron_key
 from delayq_transport.core.queue import to_ms
@@ -192,6 +193,28 @@ def _with_kinds(queue: DelayedQueue) -> list[tuple[str, datetime, str]]:
     with psycopg.connect(queue.db.url) as conn:
         found = conn.execute('SELECT "pKey", "pKind" FROM delayed_queue').fetchall()
     return [(parse_cron_key(k)[1], parse_cron_key(k)[2], kind) for k, kind in found]
+
+
+@pytest.mark.parametrize(("stall_s", "writes"), [(1.3, True), (2.3, False)])
+def test_a_long_refresh_renews_its_heartbeat_or_stops_writing(
+        base: DelayedQueue, stall_s: float, writes: bool) -> None:
+    """Refreshing every second, a heartbeat lives 3 s: a refresh stalled 1.3 s renews it
+    before writing; one stalled 2.3 s (its heartbeat may lapse before the write lands, and
+    another configuration take over) writes nothing."""
+    routed: list[str] = []
+
+    def stalling(s: EntrySpec) -> Route:
+        routed.append(s.name)
+        if len(routed) == 2:  # the refresh's own routing, after its heartbeat
+            time.sleep(stall_s)  # the stall itself, not a wait for an event
+        return default_route(s)
+
+    settings = Settings(timedelta(seconds=1), timedelta(minutes=10))
+    inst = Installer(base, BeatStore(base.db, base.table), UTC_ZONE, settings, route=stalling)
+    report = inst.refresh({"keep": spec("keep")})
+    assert report.in_force is writes and bool(keys(base)) is writes
+    assert inst.refresh({"keep": spec("keep")}).in_force  # beats again, and writes
+    assert {k[0] for k in keys(base)} == {"keep"}
 
 
 def test_a_lapsed_schedulers_row_is_kept_a_week_then_pruned(

@@ -154,6 +154,12 @@ class PeriodicStore:
         return Standing(int(row[0]), str(row[1]), int(row[2]), int(row[3]), tuple(row[4]),
                         int(row[5]))
 
+    def renew(self, scheduler: str, *, alive_ms: int, now_ms: int | None = None) -> bool:
+        """Keep a scheduler alive for ``alive_ms`` more, if it still is
+        (``schedule_scheduler_renew``); False: its heartbeat had lapsed."""
+        return self.db.fetchone(self.q["schedule_scheduler_renew"], self._params(
+            scheduler=scheduler, alive_ms=alive_ms, now=now_ms)) is not None
+
     def retire(self, scheduler: str, now_ms: int | None = None) -> None:
         """The scheduler stops: its heartbeat lapses now (``schedule_scheduler_retire``)."""
         self.db.execute(self.q["schedule_scheduler_retire"],

@@ -276,6 +276,13 @@ SELECT n.now, winner.hash, winner.since, since.at,
        (SELECT count(*) FROM alive) AS others
 FROM n, winner, since
 
+-- schedule_scheduler_renew --
+-- A refresh that takes long keeps its scheduler alive between its writes, if it still is (a
+-- lapsed one may have been replaced meanwhile: no row, and the refresh stops writing).
+UPDATE "delayq_schedule_schedulers" SET "aliveUntil" = {now} + %(alive_ms)s::bigint
+WHERE "tableName" = %(table_name)s AND "schedulerId" = %(scheduler)s AND "aliveUntil" > {now}
+RETURNING "aliveUntil"
+
 -- schedule_scheduler_retire --
 -- A scheduler that stops: its heartbeat lapses now, so no other waits for it; the row stays
 -- (it remembers when its configuration was first seen) until the heartbeat's `keep_ms`.
