@@ -22,8 +22,9 @@ Every worker process refreshes the entries every minute (``manage.py delayq_work
 --no-scheduler`` turns it off), installing an hour of occurrences ahead: any number of workers
 install each occurrence once (its row key is ``<entry>/<config hash>/<epoch ms>``, which is
 also its result id), installed occurrences run while no worker schedules, a changed entry's
-future occurrences are replaced and a removed entry's deleted. A worker drops a misfired
-occurrence by its entry's policy before running it.
+future occurrences are replaced and a removed entry's deleted; workers of two releases (a
+rolling deploy) agree on the newest configuration (:mod:`..scheduling.authority`). A worker
+drops a misfired occurrence by its entry's policy before running it.
 
 ``OPTIONS["PERIODIC_SOURCE"]`` (``settings``, the default; ``admin``; ``both``) adds, or puts in
 their place, django-celery-beat's rows of this backend's tasks, edited in the Django admin

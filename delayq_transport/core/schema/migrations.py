@@ -254,9 +254,18 @@ def schedulers_table(metadata: MetaData | None = None) -> Table:
 
 
 def _create_schedulers_table(conn: psycopg.Connection[Any], q: Queries) -> None:
-    """Migration 17 (idempotent: CREATE ... IF NOT EXISTS, the table is shared)."""
+    """Migration 17 (idempotent: CREATE ... IF NOT EXISTS, the table is shared). The roles
+    granted on the scheduling ledger get the same on it (writers all four rights, readers
+    SELECT), so a scheduler or a monitor granted before the upgrade keeps working."""
     for statement in ddl(schedulers_table()):
         conn.execute(statement)
+    row = conn.execute(q["table_schema"]).fetchone()
+    assert row is not None
+    for role, writes in conn.execute(q["schedule_ledger_grantees"]).fetchall():
+        block = "schema_schedulers_grant_writer" if writes else "schema_schedulers_grant_reader"
+        for statement in schema_statements(block, table=q.table, schema=str(row[0]),
+                                           role=str(role)):
+            conn.execute(statement)
 
 
 def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:

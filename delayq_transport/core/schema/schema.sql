@@ -63,6 +63,17 @@ JOIN pg_roles AS r ON r.oid = a.grantee
 WHERE c.oid = {table_literal}::regclass AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
 ORDER BY 1
 
+-- schedule_ledger_grantees --
+-- Roles (not PUBLIC, not the owner) granted on the scheduling ledger, and whether they may
+-- write it (they run schedulers) or only read it: migration 17 gives them the same on the
+-- schedulers' heartbeats, so roles granted before it keep working (least privilege kept).
+SELECT r.rolname, bool_or(a.privilege_type IN ('INSERT', 'UPDATE', 'DELETE')) AS writes
+FROM pg_class AS c CROSS JOIN LATERAL aclexplode(c.relacl) AS a
+JOIN pg_roles AS r ON r.oid = a.grantee
+WHERE c.oid = to_regclass('"delayq_schedule_installed"') AND a.grantee <> c.relowner
+GROUP BY r.rolname
+ORDER BY 1
+
 -- table_persistence --
 -- 'p' (logged) or 'u' (unlogged) for the queue table: the opt-in unlogged mode (issue 11).
 SELECT c.relpersistence FROM pg_class AS c WHERE c.oid = {table_literal}::regclass
@@ -298,6 +309,14 @@ REVOKE ALL ON FUNCTION {schema}.{revoke_fn}(text[]) FROM PUBLIC
 -- schema_revoke_grant --
 -- Migration 13: a role that may INSERT (publish) may revoke a waiting task by key.
 GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
+
+-- schema_schedulers_grant_writer --
+-- Migration 17: a role that writes the scheduling ledger (a scheduler's) records heartbeats.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_schedule_schedulers" TO {role}
+
+-- schema_schedulers_grant_reader --
+-- Migration 17: a role that reads the scheduling ledger (a monitor's) reads the heartbeats.
+GRANT SELECT ON {schema}."delayq_schedule_schedulers" TO {role}
 
 -- Least-privilege GRANTs printed by `delayq grants` (never run by delayq itself). Blocks named
 -- grant_* take {role} and {schema} as extra identifiers; see docs/how-to/roles.md.
