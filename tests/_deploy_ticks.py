@@ -23,9 +23,11 @@ occurrence's epoch ms.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 
 PERIOD_MS = 1000
+Runs = dict[str, list[int]]
 LABELS = ("tick", "changed-v1", "changed-v2", "removed", "added", "flaky")
 
 
@@ -71,3 +73,37 @@ def assert_deploy_and_rollback(runs: Mapping[str, list[int]], *, at_least: int =
     assert not outside, f"added ran while the old release was in force: {outside}"
     flaky = runs["flaky"]
     assert flaky[0] < start and flaky[-1] > end, "flaky's rows did not run through the deploy"
+
+
+class Deploy:
+    """The phases every front end's test goes through, each a bounded wait on the runs
+    (``runs``: the test's reading of them, by label)."""
+
+    def __init__(self, runs: Callable[[], Runs], timeout: float = 60.0) -> None:
+        self.runs = runs
+        self.timeout = timeout
+
+    def wait(self, done: Callable[[Runs], bool], what: str) -> Runs:
+        deadline = time.monotonic() + self.timeout
+        while not done(found := self.runs()):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {counts(found)}"
+            time.sleep(0.05)
+        return found
+
+    def old_release_alone(self) -> None:
+        self.wait(lambda r: len(r["tick"]) >= 3 and len(r["changed-v1"]) >= 3,
+                  "the old release's ticks")
+
+    def new_release_in_force(self) -> None:
+        self.wait(lambda r: len(r["changed-v2"]) >= 5, "the new release in force")
+
+    def rolled_back(self, what: str) -> Runs:
+        """After the new release's scheduler went: the old one in force again, for a few
+        ticks; then every run is checked (and the counts printed)."""
+        stopped = max(self.runs()["changed-v2"])
+        found = self.wait(lambda r: len([t for t in r["changed-v1"] if t > stopped]) >= 4
+                          and any(t > stopped for t in r["removed"]),
+                          "the old release in force again")
+        print(f"{what}, runs per label:", counts(found))
+        assert_deploy_and_rollback(found)
+        return found

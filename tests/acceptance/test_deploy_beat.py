@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _deploy_ticks import assert_deploy_and_rollback, by_label, counts
+from _deploy_ticks import Deploy, by_label
 
 from .conftest import CeleryProcess, executions, wait_until
 
@@ -72,26 +72,19 @@ def runs(database_url: str) -> dict[str, list[int]]:
 @pytest.mark.slow
 def test_two_beats_of_two_releases_lose_and_double_no_tick(
         database_url: str, start: Callable[..., CeleryProcess]) -> None:
+    deploy = Deploy(lambda: runs(database_url))
     start("old", "worker", "-P", "solo", "--loglevel=INFO", "-n", f"w-{os.getpid()}@%h",
           ready="ready.", name="worker")
     old = start("old", "beat", "-S", "delayq_beat.Scheduler", "--loglevel=INFO",
                 ready=REFRESHED, name="beat-old")
-    wait_until(lambda: len(runs(database_url)["tick"]) >= 3, timeout=60,
-               message="the old release's ticks")
+    deploy.old_release_alone()
     new = start("new", "beat", "-S", "delayq_beat.Scheduler", "--loglevel=INFO",
                 ready=REFRESHED, name="beat-new")
-    wait_until(lambda: len(runs(database_url)["changed-v2"]) >= 5, timeout=60,
-               message="the new release in force")
+    deploy.new_release_in_force()
     refreshes = old.log().count(REFRESHED)
     wait_until(lambda: old.log().count(REFRESHED) >= refreshes + 3, timeout=30,
                message="the old beat refreshing while the new one is in force")
     assert "is not in force" in old.log()
     new.kill(signal.SIGKILL)  # the rollback: its heartbeat lapses
-    stopped_v2 = max(runs(database_url)["changed-v2"])
-    wait_until(lambda: len([t for t in runs(database_url)["changed-v1"] if t > stopped_v2]) >= 4
-               and any(t > stopped_v2 for t in runs(database_url)["removed"]), timeout=60,
-               message="the old release in force again")
-    found = runs(database_url)
-    print("celery beat deploy, runs per label:", counts(found))
-    assert_deploy_and_rollback(found)
+    deploy.rolled_back("celery beat deploy")
     assert old.proc.poll() is None

@@ -10,7 +10,7 @@ import signal
 from collections.abc import Callable
 
 import pytest
-from _deploy_ticks import assert_deploy_and_rollback, by_label, counts
+from _deploy_ticks import Deploy, by_label
 
 from .test_dramatiq_worker import DramatiqWorker, app_env, runs, start_worker  # noqa: F401
 
@@ -31,26 +31,12 @@ def deploy_runs(database_url: str) -> dict[str, list[int]]:
 @pytest.mark.slow
 def test_two_workers_of_two_releases_lose_and_double_no_tick(
         database_url: str, start_worker: Callable[..., DramatiqWorker]) -> None:  # noqa: F811
+    deploy = Deploy(lambda: deploy_runs(database_url))
     old = start_worker(*WORKER, env={"DELAYQ_PERIODIC": "1", "DEPLOY_RELEASE": "old"})
-    wait = _waiter(database_url)
-    wait(lambda r: len(r["tick"]) >= 3 and len(r["changed-v1"]) >= 3, "the old release")
+    deploy.old_release_alone()
     new = start_worker(*WORKER, env={"DELAYQ_PERIODIC": "1", "DEPLOY_RELEASE": "new"})
-    wait(lambda r: len(r["changed-v2"]) >= 5, "the new release in force")
+    deploy.new_release_in_force()
     assert "is not in force" in old.log()
     new.kill(signal.SIGTERM)  # the rollback: its scheduler retires
-    stopped_v2 = max(deploy_runs(database_url)["changed-v2"])
-    wait(lambda r: len([t for t in r["changed-v1"] if t > stopped_v2]) >= 4
-         and any(t > stopped_v2 for t in r["removed"]), "the old release in force again")
-    found = deploy_runs(database_url)
-    print("dramatiq deploy, runs per label:", counts(found))
-    assert_deploy_and_rollback(found)
+    deploy.rolled_back("dramatiq deploy")
     assert old.proc.poll() is None
-
-
-def _waiter(database_url: str) -> Callable[[Callable[[dict[str, list[int]]], bool], str], None]:
-    from .test_dramatiq_worker import wait_for
-
-    def wait(cond: Callable[[dict[str, list[int]]], bool], what: str) -> None:
-        wait_for(lambda: cond(deploy_runs(database_url)), 60, what)
-
-    return wait

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _deploy_ticks import assert_deploy_and_rollback, by_label, counts
+from _deploy_ticks import Deploy, by_label
 
-from .conftest import WorkerProcess, runs, wait_until
+from .conftest import WorkerProcess, runs
 
 
 def every(label: str, task: str = "shop.djtasks.record") -> dict[str, Any]:
@@ -41,21 +41,13 @@ def deploy_runs(url: str) -> dict[str, list[int]]:
 @pytest.mark.slow
 def test_two_workers_of_two_releases_lose_and_double_no_tick(
         dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    deploy = Deploy(lambda: deploy_runs(dj_url))
     old = start_worker("--threads", "2", DJANGO_TASKS_OPTIONS=options("old"))
-
-    def wait(cond: Callable[[dict[str, list[int]]], bool], what: str) -> None:
-        wait_until(lambda: cond(deploy_runs(dj_url)), what, timeout=60)
-
-    wait(lambda r: len(r["tick"]) >= 3 and len(r["changed-v1"]) >= 3, "the old release")
+    deploy.old_release_alone()
     new = start_worker("--threads", "2", DJANGO_TASKS_OPTIONS=options("new"))
-    wait(lambda r: len(r["changed-v2"]) >= 5, "the new release in force")
+    deploy.new_release_in_force()
     assert "is not in force" in old.log()
     new.signal(signal.SIGTERM)  # the rollback: its scheduler retires
     assert new.wait() == 0
-    stopped_v2 = max(deploy_runs(dj_url)["changed-v2"])
-    wait(lambda r: len([t for t in r["changed-v1"] if t > stopped_v2]) >= 4
-         and any(t > stopped_v2 for t in r["removed"]), "the old release in force again")
-    found = deploy_runs(dj_url)
-    print("django.tasks deploy, runs per label:", counts(found))
-    assert_deploy_and_rollback(found)
+    deploy.rolled_back("django.tasks deploy")
     assert old.proc.poll() is None

@@ -42,6 +42,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def base(database_url: str, clock: Clock) -> Iterator[DelayedQueue]:
+    """The queue on the injected clock, as test_beat_installer's."""
     with DelayedQueue(database_url, kind="celery", clock=clock) as q:
         yield q
 
