@@ -12,7 +12,8 @@ flips between its two hashes. The rule (docs/how-to/beat.md#two-configurations-a
    kind each, or "invalid") and when any scheduler of its ledger (front end and table) first
    ran that configuration; alive for :data:`~.plans.ALIVE_INTERVALS` refresh intervals.
 2. In force is, of the configurations of the schedulers alive, the one first seen last (one
-   with entries over an empty one): the new release's as soon as one of its schedulers runs.
+   with a valid entry over one with none: a worker that declares no periodic entry, or only
+   broken ones, takes nothing over): the new release's as soon as one of its schedulers runs.
 3. Its schedulers act (install, replace, uninstall, catch up, sweep misfires) once every
    scheduler alive has seen it in force (so a refresh another configuration began before has
    ended); every other scheduler only beats: it installs and uninstalls nothing.
@@ -90,7 +91,8 @@ class Authority:
         own = configuration_hash(shapes)
         self._beat_at = time.monotonic()
         standing = self.store.heartbeat(
-            self.scheduler_id, f"{socket.gethostname()}:{os.getpid()}", own, len(shapes),
+            self.scheduler_id, f"{socket.gethostname()}:{os.getpid()}", own,
+            sum(shape != INVALID for shape in shapes.values()),
             alive_ms=_ms(self.settings.alive_for), keep_ms=_ms(KEEP), now_ms=now_ms)
         self.acting = standing.in_force == own and not standing.lagging
         self._say(own, standing)

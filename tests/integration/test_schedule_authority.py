@@ -154,19 +154,22 @@ def test_an_old_release_restarted_during_the_deploy_does_not_take_over(
     assert not restarted.refresh(OLD).in_force and keys(base) == rows
 
 
-def test_an_empty_configuration_yields_to_any_other_and_acts_alone(
-        base: DelayedQueue, clock: Clock) -> None:
-    """A scheduler with no entries of its own (a Dramatiq worker that imports no periodic
-    actor) uninstalls nothing while one with entries is alive; alone, it is in force."""
+@pytest.mark.parametrize("idle_config", [{}, {"typo": ValueError("Invalid crontab")}],
+                         ids=["empty", "only-invalid"])
+def test_a_configuration_without_a_valid_entry_yields_to_any_other_and_acts_alone(
+        base: DelayedQueue, clock: Clock, idle_config: Config) -> None:
+    """A scheduler with no valid entry of its own (a Dramatiq worker that imports no periodic
+    actor; the trial of issue 50: a worker whose PERIODIC held one broken entry) uninstalls
+    nothing while one with valid entries is alive; alone, it is in force."""
     old = installer(base)
     old.refresh(OLD)
     rows = keys(base)
     clock.now += SECOND
     idle = installer(base)
-    assert not idle.refresh({}).in_force and keys(base) == rows
+    assert not idle.refresh(idle_config).in_force and keys(base) == rows
     assert old.refresh(OLD).in_force
     old.retire()
-    report = idle.refresh({})
+    report = idle.refresh(idle_config)
     assert report.in_force and set(report.uninstalled) == set(OLD) and keys(base) == set()
 
 

@@ -224,8 +224,8 @@ SELECT (SELECT count(*) FROM claim) AS claimed, ARRAY(SELECT "pKey" FROM ins) AS
 -- Where every refresh of a scheduler starts (scheduling/authority.py): it records itself (its
 -- configuration; when any scheduler of this ledger first ran that configuration; a heartbeat
 -- alive until now + `alive_ms`) and reads which configuration is in force: of the
--- configurations of the schedulers alive, itself included, the one with entries first seen
--- last (ties: the greater hash). Its row keeps the one it found (`follows`); the schedulers of
+-- configurations of the schedulers alive, itself included, the one with valid entries (a
+-- count) first seen last (ties: the greater hash). Its row keeps the one it found (`follows`); the schedulers of
 -- that configuration act only once every scheduler alive follows it (`lagging` is empty), so a
 -- refresh another configuration began before the switch has ended by then. Rows lapsed
 -- longer than `keep_ms` go (until then they remember when their configuration was first seen).

@@ -234,7 +234,8 @@ SCHEDULERS_TABLE = "delayq_schedule_schedulers"
 def schedulers_table(metadata: MetaData | None = None) -> Table:
     """Migration 17's table, keyed by the ledger's ``tableName`` (``<table>`` or
     ``<table>#<namespace>``: Text, so a namespaced name never overflows) and a scheduler id.
-    ``configSince`` is when its configuration was first seen by any scheduler, ``follows`` the
+    ``configSince`` is when its configuration was first seen by any scheduler, ``entries`` how
+    many of its entries are valid, ``follows`` the
     configuration it found in force at its last refresh, ``aliveUntil`` when its heartbeat
     lapses (times in epoch ms, on the database clock)."""
     from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, Text
