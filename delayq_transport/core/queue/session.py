@@ -178,7 +178,7 @@ class Subscription:
     def set_kinds(self, kinds: Iterable[str]) -> None:
         """Consume these kinds from now on (a queue added or cancelled at run time). An added
         kind's rows may be waiting already, their NOTIFY gone to no one: it polls at the next
-        chance, not at the fallback poll (issue 49)."""
+        chance, not at the fallback poll."""
         ordered = list(dict.fromkeys(kinds))
         added = not self.kinds.issuperset(ordered)
         self.kinds = set(ordered)
