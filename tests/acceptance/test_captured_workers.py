@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from _captured import capture, last_line_with
+from _pg_roles import bare_role as no_grants
 from _pg_roles import role_url
 from conftest import create_database, drop_database
 
@@ -31,18 +32,9 @@ def exited(proc: CeleryProcess, timeout: float = 60.0) -> int:
 
 @pytest.fixture
 def bare_role(database_url: str) -> Iterator[str]:
-    """A LOGIN role granted nothing (PostgreSQL 15: not even CREATE on public)."""
-    name = f"dq51_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f'CREATE ROLE "{name}" LOGIN')
-    try:
+    """A LOGIN role that was granted nothing."""
+    with no_grants(database_url) as name:
         yield name
-    finally:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                         "WHERE usename = %s", (name,))
-            conn.execute(f'DROP OWNED BY "{name}"')
-            conn.execute(f'DROP ROLE "{name}"')
 
 
 def worker(start_celery: Callable[..., CeleryProcess], **env: str) -> CeleryProcess:

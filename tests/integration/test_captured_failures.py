@@ -16,10 +16,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from _captured import capture, traceback_end
 from _celery_apps import close_connections
+from _pg_roles import bare_role as no_grants
 from _pg_roles import role_url
 from celery import Celery
 from conftest import create_database, drop_database, url_for
@@ -52,18 +52,9 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def bare_role(database_url: str) -> Iterator[str]:
-    """A LOGIN role that was granted nothing (PostgreSQL 15: not even CREATE on public)."""
-    name = f"dq51_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f'CREATE ROLE "{name}" LOGIN')
-    try:
+    """A LOGIN role that was granted nothing."""
+    with no_grants(database_url) as name:
         yield name
-    finally:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                         "WHERE usename = %s", (name,))
-            conn.execute(f'DROP OWNED BY "{name}"')
-            conn.execute(f'DROP ROLE "{name}"')
 
 
 @pytest.fixture
