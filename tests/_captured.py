@@ -42,7 +42,7 @@ def normalise(text: str, replace: dict[str, str] | None = None) -> str:
     (times, pids, cluster ids, test databases, temporary paths) made stable."""
     for old, new in sorted((replace or {}).items(), key=lambda kv: -len(kv[0])):
         text = text.replace(old, new)
-    text = text.replace(socket.gethostname(), "<host>")
+    text = re.sub(rf"\b{re.escape(socket.gethostname())}\b", "<host>", text)
     for pattern, new in _VARYING:
         text = pattern.sub(new, text)
     return text
