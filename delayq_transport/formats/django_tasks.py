@@ -17,6 +17,8 @@ from typing import Any
 KIND_PREFIX = "django:"
 #: Django's priority range (``django.tasks.base.TASK_MIN_PRIORITY``/``MAX``).
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
+#: A kind is at most 100 characters: the queue name's share.
+MAX_QUEUE_NAME = 100 - len(KIND_PREFIX) - len(f":{MIN_PRIORITY}")
 #: What every task's payload holds.
 TASK_FIELDS = frozenset({"task", "args", "kwargs", "backend", "queue", "priority"})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
