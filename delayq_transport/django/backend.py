@@ -12,9 +12,11 @@ Django: Celery's Django fixup imports every app's ``tasks`` module).
   ``DELAYQ_JOIN_ATOMIC`` does for Celery): a worker sees it once the block commits, never if it
   rolls back. Outside ``atomic()`` it commits at once. On by default (``JOIN_ATOMIC``).
 * **results** (core/task_results.py): a worker records each attempt (RUNNING, then SUCCESSFUL,
-  FAILED, or READY again while a retry waits) in ``delayq_task_results``; ``get_result`` reads
-  that row and the task's queue row in one statement, from any process. Results that finished
-  longer ago than ``RESULT_RETENTION`` are pruned by the workers.
+  FAILED, or READY again while a retry waits or after it was interrupted) in
+  ``delayq_task_results``; ``get_result`` reads that row and the task's queue row in one
+  statement, from any process, and shows a RUNNING result that nothing runs any more as READY
+  with the interruption in ``errors`` (:mod:`.attempts`). Results that finished longer ago
+  than ``RESULT_RETENTION`` are pruned by the workers.
 * **priority** −100..100: one kind per (queue, priority); a worker polls all its kinds in one
   statement, highest priority first across its queues.
 
@@ -57,7 +59,13 @@ from ..core import (
     detached,
     transaction,
 )
-from ..formats.django_tasks import KIND_PREFIX, MAX_QUEUE_NAME, kind_of, kinds_for
+from ..formats.django_tasks import (
+    KIND_PREFIX,
+    MAX_QUEUE_NAME,
+    kind_of,
+    kinds_for,
+    result_truth,
+)
 from . import database_url
 from ._framework import (
     BaseTaskBackend,
@@ -246,9 +254,11 @@ def errors_of(stored: list[dict[str, str]]) -> list[TaskError]:
 
 
 def result_of(key: str, stored: StoredResult) -> TaskResult:
-    """A ``TaskResult`` from what the database holds about a task."""
+    """A ``TaskResult`` from what the database holds about a task: READY with the
+    interruption in ``errors`` while nothing runs a RUNNING one (``result_truth``)."""
     data = stored.task
-    status = TaskResultStatus(stored.status) if stored.status else TaskResultStatus.READY
+    shown, errors = result_truth(stored)
+    status = TaskResultStatus(shown) if shown else TaskResultStatus.READY
     result = TaskResult(
         task=task_of(data), id=key, status=status,
         enqueued_at=from_ms(data.get("enqueued_at") if stored.enqueued_at_ms is None
@@ -257,7 +267,7 @@ def result_of(key: str, stored: StoredResult) -> TaskResult:
         finished_at=from_ms(stored.finished_at_ms),
         last_attempted_at=from_ms(stored.last_attempted_at_ms),
         args=data["args"], kwargs=data["kwargs"], backend=data["backend"],
-        errors=errors_of(stored.errors), worker_ids=list(stored.worker_ids),
+        errors=errors_of(errors), worker_ids=list(stored.worker_ids),
     )
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", stored.return_value)
