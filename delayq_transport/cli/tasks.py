@@ -38,7 +38,9 @@ def _service(obj: Context, hide_args: bool = False) -> Iterator[TaskService]:
 def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The list filters, shared by ``list`` and bulk ``cancel``."""
     options = [
-        click.option("--queue", "-Q", help="Queue name (all its priority kinds) or a kind"),
+        click.option("--queue", "-Q", help="Queue name: all its priority kinds, Celery's, "
+                     "Dramatiq's and django.tasks' (dramatiq:NAME or django:NAME: one's "
+                     "only), or a kind"),
         click.option("--task", "-t", help="Task name; * and ? match like a shell glob"),
         click.option("--state", type=click.Choice(STATES), help="Row state"),
         click.option("--eta-after", help="ETA at or after this ISO time (naive = UTC)"),

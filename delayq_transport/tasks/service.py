@@ -34,6 +34,7 @@ from ..core.inspect import (
 )
 from ..core.queue import DelayedQueue, from_ms, kind_row_estimates, past_the_cap, to_ms
 from ..formats.celery import kinds_for, queue_of_kind
+from ..formats.queues import kinds_of_queue
 from . import decoders
 from .filters import TaskFilter
 from .rates import RateWindows
@@ -159,8 +160,11 @@ class TaskService:
     # -- reading ------------------------------------------------------------------------
 
     def kinds(self, queue: str | None = None) -> list[str]:
+        """Every kind present, or those of one queue: all its priority kinds, Celery's,
+        Dramatiq's and Django's task framework's (``formats/queues.py``), or a kind by name."""
         if queue:
-            return list(dict.fromkeys([*kinds_for(queue), queue]))
+            present = kinds_of_queue(queue, self.inspector.kinds())
+            return list(dict.fromkeys([*kinds_for(queue), *present, queue]))
         return self.inspector.kinds()
 
     def _view(self, row: TaskRow) -> TaskView:
