@@ -3,6 +3,7 @@ task in a ``delayed_queue`` row, for every front end that reads or writes them (
 its worker, the task listings and the web page). No Django import.
 
 * kind ``django:<queue>:<priority>`` (priority -100..100), key: the task's result id;
+* periodic tasks: installed by the scheduling engine, their ledger under ``<table>#django``;
 * payload: JSON ``{"task": module path, "args", "kwargs", "backend": TASKS alias, "queue",
   "priority", "run_after_us": epoch microseconds or null, "enqueued_at": epoch ms}``;
 * an interrupted attempt (its worker killed, or shut down with the task unfinished) is an
@@ -23,6 +24,10 @@ from ..core import LostAttempt, StoredResult
 
 #: Every kind of a django.tasks task starts with it.
 KIND_PREFIX = "django:"
+#: The scheduling engine's ledger of its periodic tasks is ``<table>#django``
+#: (delayq_transport/django/periodic.py), listed as this (``delayq beat list``, the page).
+PERIODIC_NAMESPACE = "django"
+PERIODIC_TITLE = "django.tasks periodic tasks"
 #: Django's priority range (``django.tasks.base.TASK_MIN_PRIORITY``/``MAX``).
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 #: A kind is at most 100 characters: the queue name's share.
