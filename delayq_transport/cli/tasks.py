@@ -26,6 +26,7 @@ from ..tasks import (
     parse_when,
 )
 from ..tasks.filters import STATES
+from ..tasks.occurrences import occurrence_entry
 from .deadletters import dead_letters_group
 
 
@@ -69,18 +70,26 @@ def tasks_group() -> None:
               help="Tasks per page")
 @click.option("--cursor", help="Continue after a previous page (printed at its end)")
 @click.option("--hide-args", is_flag=True, help="Do not show task arguments")
+@click.option("--all-occurrences", is_flag=True,
+              help="Every installed occurrence of periodic entries (default: each entry's "
+              "next one; --beat-entry lists one entry's all)")
 @json_option
 @click.pass_obj
-def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool, as_json: bool,
-             **kw: Any) -> None:
-    """Tasks sorted by ETA, one page at a time (keyset pagination: --cursor continues)."""
+def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool,
+             all_occurrences: bool, as_json: bool, **kw: Any) -> None:
+    """Tasks sorted by ETA, one page at a time (keyset pagination: --cursor continues).
+
+    A periodic entry (Celery beat's, Dramatiq's, django.tasks') shows as its next installed
+    occurrence; --all-occurrences lists every one."""
     f = _filter(**kw)
     with _service(obj, hide_args) as svc:
-        page = svc.list_page(f, decode_cursor(cursor), limit)
+        page = svc.list_page(f, decode_cursor(cursor), limit,
+                             fold_occurrences=not all_occurrences)
     nxt = encode_cursor(*page.next_cursor) if page.next_cursor else None
     if as_json:
         emit({"tasks": [v.as_dict() for v in page.items], "next_cursor": nxt,
-               "scanned": page.scanned, "partial": page.partial})
+               "scanned": page.scanned, "partial": page.partial,
+               "folded_entries": list(page.folded)})
         return
     table = Table(title=f"{obj.table}: {len(page.items)} task(s), sorted by ETA (UTC)")
     for col in ("id", "task id", "queue", "task", "eta", "state", "args"):
@@ -88,9 +97,14 @@ def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool, as_j
     for v in page.items:
         d = v.as_dict()
         state = d["state"] + (" (redelivered)" if d["redelivered"] else "")
-        table.add_row(str(d["id"]), d["key"], d["queue"], d["task"] or "-",
+        entry = None if all_occurrences or f.beat_entry else occurrence_entry(d["key"])
+        task = (d["task"] or "-") + (f" (periodic {entry}: next)" if entry else "")
+        table.add_row(str(d["id"]), d["key"], d["queue"], task,
                       (d["eta"] or "")[:23].replace("T", " "), state, d["args_preview"])
     console.print(table)
+    if page.folded:
+        console.print(f"later occurrences of periodic entries folded ({', '.join(page.folded)})"
+                      ": --all-occurrences lists them", soft_wrap=True, markup=False)
     if page.partial:
         console.print(f"scanned {page.scanned} rows without filling the page; more may match")
     if nxt:

@@ -30,9 +30,9 @@ def queue_names(kind: str) -> set[str]:
     if found is not None:
         queue, _, dead = found
         return set() if dead else {queue, f"{dramatiq.NAMESPACE}:{queue}"}
-    queue = _django_queue(kind)
-    if queue is not None:
-        return {queue, f"{DJANGO_PREFIX}{queue}"}
+    django = _django_queue(kind)
+    if django is not None:
+        return {django, f"{DJANGO_PREFIX}{django}"}
     return {celery.queue_of_kind(kind)[0]}
 
 
