@@ -22,13 +22,20 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-import psycopg
 import pytest
 
 from delayq_transport.django._framework import TaskResult, TaskResultStatus
 from delayq_transport.formats.django_tasks import INTERRUPTED_PATH
 
-from .conftest import WorkerProcess, finished, runs, sql, wait_until
+from .conftest import (
+    WorkerProcess,
+    finished,
+    gate_closed,
+    runs,
+    sql,
+    start_gated,
+    wait_until,
+)
 
 #: The lease: long enough that a killed worker's task is seen interrupted (within its 2-s
 #: liveness, a quarter of it) well before the lease lets another worker take it.
@@ -94,23 +101,19 @@ def assert_ran_again(result: TaskResult, first: str, second: str) -> None:
 
 def test_sigkill_at_a_random_point_of_a_running_task(
         dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
-    from shop import djtasks
 
     seed = random.randrange(1 << 30)
     delay = random.Random(seed).uniform(0.0, 1.5)
     print(f"seed {seed}: SIGKILL {delay:.3f} s into the task")
-    with psycopg.connect(dj_url, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", [djtasks.GATE_LOCK])
-        doomed = start_worker(DJANGO_TASKS_OPTIONS=LEASE)
-        result = djtasks.gate.enqueue("random")
-        wait_until(lambda: runs(dj_url), "the task to start")
+    with gate_closed(dj_url) as open_gate:
+        doomed, result = start_gated(start_worker, dj_url, "random", DJANGO_TASKS_OPTIONS=LEASE)
         assert shown(result) == ("RUNNING", 1, [])
         time.sleep(delay)  # the kill's point in the task, not a wait for an event
         assert shown(result)[:2] == ("RUNNING", 1)  # still running: its worker touches it
         doomed.proc.send_signal(signal.SIGKILL)
         assert doomed.wait() == -signal.SIGKILL
         assert_seen_killed(dj_url, result, worker_id(doomed))
-        holder.execute("SELECT pg_advisory_unlock(%s)", [djtasks.GATE_LOCK])
+        open_gate()
         second = start_worker(DJANGO_TASKS_OPTIONS=LEASE)
         assert_ran_again(result, worker_id(doomed), worker_id(second))
     assert [label for label, *_ in runs(dj_url)] == ["random:start", "random:start",
@@ -148,13 +151,10 @@ def test_a_kill_after_the_outcome_was_written_leaves_it_successful(
 
 def test_sigterm_gives_back_a_task_that_outlives_the_shutdown_timeout(
         dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
-    from shop import djtasks
 
-    with psycopg.connect(dj_url, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", [djtasks.GATE_LOCK])
-        first = start_worker("--shutdown-timeout", "0.5")
-        result = djtasks.gate.enqueue("term")
-        wait_until(lambda: runs(dj_url), "the task to start")
+    with gate_closed(dj_url) as open_gate:
+        first, result = start_gated(start_worker, dj_url, "given-back", "--shutdown-timeout",
+                                    "0.5")
         assert shown(result) == ("RUNNING", 1, [])
         first.signal(signal.SIGTERM)
         assert first.wait() == 1  # exited with the task unfinished
@@ -174,7 +174,9 @@ def test_sigterm_gives_back_a_task_that_outlives_the_shutdown_timeout(
         second = start_worker()
         wait_until(lambda: len(runs(dj_url)) == 2, "the second start")
         assert shown(result)[:2] == ("RUNNING", 2)
-        holder.execute("SELECT pg_advisory_unlock(%s)", [djtasks.GATE_LOCK])
+        open_gate()
     status, attempts, after = shown(finished(result))
     assert (status, attempts, after) == ("SUCCESSFUL", 2, errors)  # the entry stays
     assert result.worker_ids == [worker_id(first), worker_id(second)]
+    assert [label for label, *_ in runs(dj_url)] == [
+        "given-back:start", "given-back:start", "given-back:end"]
