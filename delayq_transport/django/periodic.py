@@ -44,7 +44,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.utils.module_loading import import_string
 
 from ..core import Database, DelayedQueue, Envelope, InvalidInput
-from ..formats.django_tasks import kind_of
+from ..formats.django_tasks import PERIODIC_NAMESPACE, kind_of
+from ..scheduling.djbeat import record_runs
 from ..scheduling.entries import EntrySpec, make_spec
 from ..scheduling.installer import Installer
 from ..scheduling.misfire import dropped
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 
 #: The ledger namespace of these entries (``<table>#django``): Celery beat's and Dramatiq's
 #: installers never remove them, nor these theirs.
-NAMESPACE = "django"
+NAMESPACE = PERIODIC_NAMESPACE
 #: The payload field carrying an occurrence's header (what the misfire check reads).
 PERIODIC_FIELD = "delayq_periodic"
 _PERIODIC_MARK = f'"{PERIODIC_FIELD}"'.encode()

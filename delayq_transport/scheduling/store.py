@@ -32,7 +32,7 @@ from .schedules import schedule_from_json, schedule_to_json
 
 #: The migration after which the engine's tables are as this release reads them: created by
 #: migration 10 (as ``delayq_beat_*``), named ``delayq_schedule_*`` by migration 16, the
-#: schedulers' heartbeats by migration 17.
+#: schedulers' heartbeats by migration 18.
 SCHEDULE_MIGRATION_VERSION = 17
 
 

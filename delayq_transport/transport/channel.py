@@ -155,7 +155,7 @@ class DelayqChannel(virtual.Channel):
         return {k for q in self._active_queues for k in self._kinds(q)}
 
     def _consumed(self) -> None:
-        self.subscription.kinds = self.consumed_kinds()
+        self.subscription.set_kinds(self.consumed_kinds())
 
     def _poll_kinds(self) -> list[str]:
         """Priority buckets first, queues rotated per poll so none starves at equal priority."""

@@ -159,7 +159,7 @@ def test_migration_13_lets_roles_that_publish_revoke(database_url: str) -> None:
             assert q.delete_waiting(["k"]) == [("k", "celery")]
 
 
-def test_migration_17_lets_roles_granted_before_it_run_and_read_schedulers(
+def test_migration_18_lets_roles_granted_before_it_run_and_read_schedulers(
         database_url: str) -> None:
     """Upgrading: a worker role granted before the schedulers' heartbeats existed runs a
     scheduler once `delayq migrate` ran (it writes the ledger, so it gets the heartbeats' four
@@ -170,9 +170,9 @@ def test_migration_17_lets_roles_granted_before_it_run_and_read_schedulers(
     with roles(database_url, "worker", "monitor", "producer") as urls:
         with psycopg.connect(database_url, autocommit=True) as conn:  # back to version 16
             conn.execute("DROP TABLE delayq_schedule_schedulers")
-            conn.execute('DELETE FROM delayq_migrations WHERE "version" = 17')
+            conn.execute('DELETE FROM delayq_migrations WHERE "version" = 18')
         with Database(database_url) as db:
-            assert migrate(db, "delayed_queue") == [17]
+            assert migrate(db, "delayed_queue") == [18]
         with DelayedQueue(urls["worker"], kind="celery") as q:
             store = BeatStore(q.db, q.table)
             inst = Installer(q, store, ZoneInfo("UTC"))

@@ -6,7 +6,8 @@ FORMAT JSON) in a transaction rolled back afterwards.
 
 * per task: ``task_results_start`` (insert, or update on conflict, by (tableName, id)),
   ``task_results_finish`` (update by (tableName, id)), ``task_results_get`` (the result by its
-  primary key and the queue row by (pKey, pKind));
+  primary key and the queue row by (pKey, pKind)); ``task_results_touch`` (a worker's running
+  attempts, by (tableName, id)) and ``task_results_interrupt`` (a given-back attempt);
 * per poll: ``try_poll_many`` over a worker's ``django:`` kinds, ``task_kinds`` (the kinds
   that hold rows, a loose index scan);
 * per prune: ``task_results_prune`` (finished before the retention, by (tableName,
@@ -132,7 +133,8 @@ PARAMS: dict[str, Any] = {
     "before": NOW - RETENTION_MS, "now": NOW, "kinds": DJANGO_KINDS,
     "lows": [None] * len(DJANGO_KINDS), "starts": [None] * len(DJANGO_KINDS),
     "floors": [None] * len(DJANGO_KINDS), "want_next": True, "lease_ms": 60_000,
-    "lock": "L",
+    "lock": "L", "alive_ms": 10_000, "lost_class": "x.TaskInterrupted",
+    "lost_template": "attempt %s (worker %s) was lost", "attempt": 1,
 }
 
 #: case -> (statement, overriding parameters, the indexes its plan must use, runs on the
@@ -141,6 +143,9 @@ CASES: dict[str, tuple[str, dict[str, Any], set[str], bool]] = {
     "start_existing": ("task_results_start", {"id": "r7"}, {RESULTS_PK}, True),
     "start_new": ("task_results_start", {"id": "new-task"}, {RESULTS_PK}, True),
     "finish": ("task_results_finish", {"id": "r7"}, {RESULTS_PK}, True),
+    "touch": ("task_results_touch", {"ids": [hashlib.md5(f"r{g}".encode()).hexdigest()
+                                             for g in range(1, 5)]}, {RESULTS_PK}, True),
+    "interrupt": ("task_results_interrupt", {"id": "r7"}, {RESULTS_PK}, False),
     "get_result": ("task_results_get", {"id": "r7"}, {RESULTS_PK, BY_KEY}, False),
     "get_waiting": ("task_results_get", {"id": "q8"}, {RESULTS_PK, BY_KEY}, False),
     "get_unknown": ("task_results_get", {"id": "nope"}, {RESULTS_PK, BY_KEY}, False),

@@ -225,14 +225,14 @@ def periodic_tables(metadata: MetaData | None = None, *,
     return [entries, installed]
 
 
-#: Migration 17: one row per running scheduler (its configuration, heartbeat and what it found in
+#: Migration 18: one row per running scheduler (its configuration, heartbeat and what it found in
 #: force), from which schedulers of different configurations agree on one
 #: (delayq_transport/scheduling/authority.py).
 SCHEDULERS_TABLE = "delayq_schedule_schedulers"
 
 
 def schedulers_table(metadata: MetaData | None = None) -> Table:
-    """Migration 17's table, keyed by the ledger's ``tableName`` (``<table>`` or
+    """Migration 18's table, keyed by the ledger's ``tableName`` (``<table>`` or
     ``<table>#<namespace>``: Text, so a namespaced name never overflows) and a scheduler id.
     ``configSince`` is when its configuration was first seen by any scheduler, ``entries`` how
     many of its entries are valid, ``follows`` the
@@ -255,7 +255,7 @@ def schedulers_table(metadata: MetaData | None = None) -> Table:
 
 
 def _create_schedulers_table(conn: psycopg.Connection[Any], q: Queries) -> None:
-    """Migration 17 (idempotent: CREATE ... IF NOT EXISTS, the table is shared). The roles
+    """Migration 18 (idempotent: CREATE ... IF NOT EXISTS, the table is shared). The roles
     granted on the scheduling ledger get the same on it (writers all four rights, readers
     SELECT), so a scheduler or a monitor granted before the upgrade keeps working."""
     for statement in ddl(schedulers_table()):
@@ -340,7 +340,7 @@ MIGRATIONS: list[Migration] = [
               "and delayq_beat_installed become delayq_schedule_entries and "
               "delayq_schedule_installed", _rename_schedule_tables, lock="ACCESS EXCLUSIVE",
               lock_on=f"{LEGACY_ENTRIES_TABLE} and {LEGACY_INSTALLED_TABLE}"),
-    Migration(17, "the scheduling engine's schedulers: which configuration is in force when "
+    Migration(18, "the scheduling engine's schedulers: which configuration is in force when "
               "schedulers of different releases run at once", _create_schedulers_table,
               lock="none"),
 ]

@@ -65,7 +65,7 @@ ORDER BY 1
 
 -- schedule_ledger_grantees --
 -- Roles (not PUBLIC, not the owner) granted on the scheduling ledger, and whether they may
--- write it (they run schedulers) or only read it: migration 17 gives them the same on the
+-- write it (they run schedulers) or only read it: migration 18 gives them the same on the
 -- schedulers' heartbeats, so roles granted before it keep working (least privilege kept).
 SELECT r.rolname, bool_or(a.privilege_type IN ('INSERT', 'UPDATE', 'DELETE')) AS writes
 FROM pg_class AS c CROSS JOIN LATERAL aclexplode(c.relacl) AS a
@@ -272,7 +272,7 @@ WITH entries AS (DELETE FROM "delayq_schedule_entries" WHERE "tableName" = %(tab
 DELETE FROM "delayq_schedule_installed" WHERE "tableName" = %(table_name)s
 
 -- uninstall_forget_schedulers --
--- The table's rows in the schedulers' heartbeats (migration 17), every front end's namespace.
+-- The table's rows in the schedulers' heartbeats (migration 18), every front end's namespace.
 DELETE FROM "delayq_schedule_schedulers"
 WHERE "tableName" = %(table_name)s OR starts_with("tableName", %(table_name)s || '#')
 
@@ -311,11 +311,11 @@ REVOKE ALL ON FUNCTION {schema}.{revoke_fn}(text[]) FROM PUBLIC
 GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
 -- schema_schedulers_grant_writer --
--- Migration 17: a role that writes the scheduling ledger (a scheduler's) records heartbeats.
+-- Migration 18: a role that writes the scheduling ledger (a scheduler's) records heartbeats.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_schedule_schedulers" TO {role}
 
 -- schema_schedulers_grant_reader --
--- Migration 17: a role that reads the scheduling ledger (a monitor's) reads the heartbeats.
+-- Migration 18: a role that reads the scheduling ledger (a monitor's) reads the heartbeats.
 GRANT SELECT ON {schema}."delayq_schedule_schedulers" TO {role}
 
 -- Least-privilege GRANTs printed by `delayq grants` (never run by delayq itself). Blocks named
