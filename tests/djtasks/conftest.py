@@ -57,6 +57,7 @@ else:
     django.setup()
 #: Tables every test starts without rows.
 TABLES = ("delayed_queue", "delayq_task_results", "delayq_schedule_installed",
+          "delayq_schedule_schedulers",
           "delayq_schedule_entries", "shop_taskrun", "shop_order")
 T = TypeVar("T")
 
