@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..core import DelayqError, InvalidInput
+from ..core import DelayqError, InvalidInput, TaskResults
 from ..core.inspect import (
     MAX_MS,
     MIN_MS,
@@ -34,6 +34,7 @@ from ..core.inspect import (
 )
 from ..core.queue import DelayedQueue, from_ms, kind_row_estimates, past_the_cap, to_ms
 from ..formats.celery import kinds_for, queue_of_kind
+from ..formats.django_tasks import KIND_PREFIX
 from . import decoders
 from .filters import TaskFilter
 from .rates import RateWindows
@@ -168,7 +169,7 @@ class TaskService:
         return TaskView(row, message, self.hide_args)
 
     def _matches(self, f: TaskFilter, row: TaskRow, prefix: str | None,
-                 bounds: tuple[int, int]) -> bool:
+                 bounds: tuple[int, int], retrying: frozenset[str] = frozenset()) -> bool:
         if not bounds[0] <= row.scheduled_at_ms < bounds[1]:
             return False
         if f.state == "redelivered" and not row.redelivered:
@@ -183,6 +184,8 @@ class TaskService:
         if any(part not in payload for part in _literal_parts(f.task)):
             return False  # the task name is stored verbatim: no need to decode this one
         message = decoders.decode(payload)
+        if f.state == "retrying" and not _retried(row, message, retrying):
+            return False
         if f.task and not fnmatch.fnmatchcase(message.task or "", f.task):
             return False
         return not f.text or f.text.lower() in message.search_text.lower()
@@ -220,11 +223,12 @@ class TaskService:
                                              hi=hi, budget=SCAN_CHUNK)
                 indexed = hits is not None  # None: too common a text, the scan finds it
             rows = self._chunk(f, kinds, after, lo, hi) if hits is None else hits
+            retrying = self._retrying_keys(rows) if f.state == "retrying" else frozenset()
             for row in rows:
                 scanned += 1
                 after = _pos(row)
                 if may_match(row.payload, piece) and \
-                        self._matches(f, row, prefix, (lo, hi)):
+                        self._matches(f, row, prefix, (lo, hi), retrying):
                     found.append(row)
                     if len(found) == limit:
                         return TaskPage(self._with_payloads(found), after, scanned, False,
@@ -244,6 +248,16 @@ class TaskService:
             return rows
         return self.inspector.window(kinds, after=after, lo=lo, hi=hi, budget=SCAN_CHUNK,
                                      with_payload=f.needs_payload)
+
+    def _retrying_keys(self, rows: list[TaskRow]) -> frozenset[str]:
+        """The django.tasks rows among ``rows`` whose task failed before and waits for its
+        retry (their result READY with an error): a django.tasks message carries no retry
+        count, its result does."""
+        keys = [r.key for r in rows if r.kind.startswith(KIND_PREFIX)]
+        if not keys:
+            return frozenset()
+        results = TaskResults(self.queue, KIND_PREFIX).summaries(keys)
+        return frozenset(r.id for r in results if r.status == "READY" and r.errors)
 
     def _with_payloads(self, rows: list[TaskRow]) -> list[TaskView]:
         missing = [r.id for r in rows if r.payload is None]
@@ -394,6 +408,15 @@ def _literal_parts(pattern: str | None) -> list[bytes]:
         return []
     return [p.encode() for p in re.split(r"[*?\[\]]+", pattern)
             if p and re.fullmatch(r"[A-Za-z0-9_.:\-]+", p)]
+
+
+def _retried(row: TaskRow, message: decoders.DecodedMessage,
+             retrying: frozenset[str]) -> bool:
+    """A waiting task that failed before: a django.tasks one by its result (``retrying``), a
+    Celery or Dramatiq one by the retry count its message carries."""
+    if row.kind.startswith(KIND_PREFIX):
+        return row.key in retrying
+    return (message.retries or 0) >= 1
 
 
 def _pos(row: TaskRow) -> tuple[int, int]:

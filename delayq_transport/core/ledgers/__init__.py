@@ -26,7 +26,7 @@ from .runs import (
     run_state,
     validate_run_id,
 )
-from .task_results import StoredResult, TaskResults
+from .task_results import ResultSummary, StoredResult, TaskResults, Walked
 
 __all__ = [
     "COMPLETE_PART",
@@ -35,11 +35,13 @@ __all__ = [
     "DEMO_TABLE",
     "DemoSite",
     "Recorded",
+    "ResultSummary",
     "RunLog",
     "RunPart",
     "RunState",
     "StoredResult",
     "TaskResults",
+    "Walked",
     "add_fingerprints",
     "demo_tables",
     "forget_run",
