@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import DelayedQueue, InvalidInput, TaskResults
-from ..core.inspect import MAX_MS
-from ..core.ledgers import ResultSummary
+from ..core.inspect import MAX_MS, MIN_MS
+from ..core.ledgers import ResultSummary, Walked
 from ..formats.django_tasks import KIND_PREFIX, kind_of
 from .deadletters import DeadLetter, DeadLetterService, dead_letter_queue
 from .service import TaskNotFound, TaskService, TaskView, iso
@@ -70,6 +70,16 @@ class Failure:
 class FailurePage:
     items: list[Failure]
     next_cursor: str | None
+
+
+@dataclass
+class ResultPage:
+    """A page of django.tasks results; ``partial``: the walk stopped before the page was full
+    (``next_cursor`` continues from there)."""
+
+    items: list[ResultSummary]
+    next_cursor: str | None
+    partial: bool
 
 
 @dataclass
@@ -156,13 +166,47 @@ class FailureService:
                 match: Callable[[str | None], bool], limit: int) -> _Taken:
         if after is None:
             return _Taken([], False, None)
-        walked = self.results.walk("failed", after, limit=WALK_BUDGET)
-        hits = [w for w in walked if (queue_name is None or w.queue == queue_name)
-                and match(w.task)][:limit + 1]
+        found, more, last = self._walk("failed", after, lambda w: (
+            queue_name is None or w.queue == queue_name) and match(w.task), limit)
+        return _Taken([_from_result(s) for s in found], more, last)
+
+    def _walk(self, which: str, after: tuple[int, str], keep: Callable[[Walked], bool],
+              limit: int, lo: int = MIN_MS
+              ) -> tuple[list[ResultSummary], bool, tuple[int, str] | None]:
+        """Up to ``limit + 1`` results ``keep`` accepts among the next :data:`WALK_BUDGET`
+        walked after ``after``; whether more may follow; where the walk stopped."""
+        walked = self.results.walk(which, after, lo=lo, limit=WALK_BUDGET)
+        hits = [w for w in walked if keep(w)][:limit + 1]
         more = len(walked) == WALK_BUDGET or len(hits) > limit
         last = (walked[-1].at_ms, walked[-1].id) if walked else None
-        return _Taken([_from_result(s) for s in self.results.summaries([w.id for w in hits])],
-                      more, last)
+        return self.results.summaries([w.id for w in hits]), more, last
+
+    def results_page(self, status: str | None = None, queue_name: str | None = None,
+                     task: str | None = None, since_ms: int | None = None,
+                     cursor: str | None = None, limit: int = 50) -> ResultPage:
+        """Finished django.tasks results (``status`` SUCCESSFUL or FAILED, or both), newest
+        first, finished at or after ``since_ms``: the admin's list. The failed ones come from
+        their own index; a filter the index cannot answer (queue, task, SUCCESSFUL) reads at
+        most :data:`WALK_BUDGET` results a page, and a page that stopped early says so."""
+        if status not in (None, "SUCCESSFUL", "FAILED"):
+            raise InvalidInput(f"status must be SUCCESSFUL or FAILED, got {status!r}")
+        after = decode_positions(cursor)[DJANGO]
+        if after is None:
+            return ResultPage([], None, False)
+        match = _glob(task)
+        found, more, last = self._walk(
+            "failed" if status == "FAILED" else "finished", after,
+            lambda w: (status is None or w.status == status) and match(w.task)
+            and (queue_name is None or w.queue == queue_name), limit,
+            MIN_MS if since_ms is None else since_ms)
+        items = found[:limit]
+        at: tuple[int, str] | None
+        if len(found) > limit:
+            at = (items[-1].finished_at_ms or 0, items[-1].id)
+        else:
+            at = last if more else None
+        partial = more and len(found) <= limit
+        return ResultPage(items, encode_positions({DJANGO: at, DRAMATIQ: None}), partial)
 
     def _dramatiq(self, after: tuple[int, str] | None, queue_name: str | None,
                   match: Callable[[str | None], bool], limit: int) -> _Taken:
