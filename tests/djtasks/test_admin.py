@@ -268,3 +268,16 @@ def test_a_missing_table_is_said_not_raised(dj_url: str) -> None:
         page = root.get(f"{ADMIN}/task/")
     assert page.status_code == 200
     assert "delayq could not read its tables" in page.content.decode()
+
+
+def test_a_setting_that_names_no_table_is_a_check_error() -> None:
+    from django.core import checks
+    from django.test.utils import override_settings
+
+    assert [m for m in checks.run_checks() if m.id == "delayq_admin.E001"] == []
+    with override_settings(DELAYQ_TABLE="bad-name!", TASKS={}):
+        found = [m for m in checks.run_checks() if m.id == "delayq_admin.E001"]
+    assert len(found) == 1 and "bad-name!" in found[0].msg
+    with override_settings(DELAYQ_DATABASE="elsewhere", TASKS={}):
+        found = [m for m in checks.run_checks() if m.id == "delayq_admin.E001"]
+    assert len(found) == 1 and "no DATABASES entry 'elsewhere'" in found[0].msg

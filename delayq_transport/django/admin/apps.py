@@ -1,8 +1,14 @@
-"""The admin app's configuration (label ``delayq_admin``: Django's own admin is ``admin``)."""
+"""The admin app's configuration (label ``delayq_admin``: Django's own admin is ``admin``), and
+its system check: the tables its pages read must be found from the settings."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from django.apps import AppConfig
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
 
 class DelayqAdminConfig(AppConfig):
@@ -10,3 +16,19 @@ class DelayqAdminConfig(AppConfig):
     label = "delayq_admin"
     verbose_name = "delayq"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        checks.register(target_check)
+
+
+def target_check(app_configs: Sequence[AppConfig] | None = None,
+                 **kwargs: Any) -> list[checks.CheckMessage]:
+    """``delayq_admin.E001``: the settings do not say where delayq's tables are (a wrong
+    ``TASKS`` option, ``DELAYQ_DATABASE`` or ``DELAYQ_TABLE``)."""
+    from ..target import target
+
+    try:
+        target().url()
+    except ImproperlyConfigured as exc:
+        return [checks.Error(f"delayq's admin pages: {exc}", id="delayq_admin.E001")]
+    return []

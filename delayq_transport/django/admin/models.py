@@ -28,57 +28,45 @@ class NoRows(models.Manager):  # type: ignore[type-arg]
         return super().get_queryset().none()
 
 
-class Task(models.Model):
-    """Tasks waiting in the queue table (every front end's), or held by a worker."""
+class Unmanaged(models.Model):
+    """The permission holder of one page: no table of its own, no rows read."""
 
     objects = NoRows()
 
     class Meta:
-        managed = False
+        abstract = True
+        managed = False  # its table (delayq_admin_<model>) never exists: nothing reads it
         base_manager_name = "objects"
-        db_table = "delayq_admin_task"  # not read: see the module docstring
         default_permissions = PERMISSIONS
+
+
+class Task(Unmanaged):
+    """Tasks waiting in the queue table (every front end's), or held by a worker."""
+
+    class Meta(Unmanaged.Meta):
         verbose_name = "waiting task"
         verbose_name_plural = "waiting tasks"
 
 
-class Result(models.Model):
+class Result(Unmanaged):
     """The results of ``django.tasks`` tasks (``delayq_task_results``)."""
 
-    objects = NoRows()
-
-    class Meta:
-        managed = False
-        base_manager_name = "objects"
-        db_table = "delayq_admin_result"
-        default_permissions = PERMISSIONS
+    class Meta(Unmanaged.Meta):
         verbose_name = "task result"
         verbose_name_plural = "task results"
 
 
-class DeadLetter(models.Model):
+class DeadLetter(Unmanaged):
     """Dramatiq messages that failed for good."""
 
-    objects = NoRows()
-
-    class Meta:
-        managed = False
-        base_manager_name = "objects"
-        db_table = "delayq_admin_deadletter"
-        default_permissions = PERMISSIONS
+    class Meta(Unmanaged.Meta):
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
 
 
-class PeriodicEntry(models.Model):
+class PeriodicEntry(Unmanaged):
     """Periodic entries of the scheduling engine (Celery beat, Dramatiq, ``django.tasks``)."""
 
-    objects = NoRows()
-
-    class Meta:
-        managed = False
-        base_manager_name = "objects"
-        db_table = "delayq_admin_periodicentry"
-        default_permissions = PERMISSIONS
+    class Meta(Unmanaged.Meta):
         verbose_name = "periodic entry"
         verbose_name_plural = "periodic entries"
