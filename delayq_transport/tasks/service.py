@@ -191,11 +191,12 @@ class TaskService:
         return not f.text or f.text.lower() in message.search_text.lower()
 
     def list_page(self, f: TaskFilter, cursor: tuple[int, int] | None = None,
-             limit: int = 50) -> TaskPage:
-        """One page sorted by (ETA, id); ``next_cursor`` continues after it."""
+             limit: int = 50, kinds: list[str] | None = None) -> TaskPage:
+        """One page sorted by (ETA, id); ``next_cursor`` continues after it. ``kinds``: these
+        kinds instead of the filter's queue (the Django admin leaves dead letters out)."""
         if f.text and self.hide_args:
             raise InvalidInput("searching task arguments is disabled (arguments are hidden)")
-        kinds = self.kinds(f.queue)
+        kinds = self.kinds(f.queue) if kinds is None else kinds
         lo, hi = f.bounds_ms(self.inspector.now_ms())
         lo, hi = MIN_MS if lo is None else lo, MAX_MS if hi is None else hi
         after = cursor or (MIN_MS, MIN_MS)
@@ -410,10 +411,19 @@ def _literal_parts(pattern: str | None) -> list[bytes]:
             if p and re.fullmatch(r"[A-Za-z0-9_.:\-]+", p)]
 
 
+def kept_kind(kind: str) -> bool:
+    """A kind whose rows are kept, never consumed: Dramatiq's dead letters, and the rows a
+    django.tasks worker could not read (``django.XQ``). Not waiting tasks."""
+    return kind.endswith(".XQ")
+
+
 def _retried(row: TaskRow, message: decoders.DecodedMessage,
              retrying: frozenset[str]) -> bool:
     """A waiting task that failed before: a django.tasks one by its result (``retrying``), a
-    Celery or Dramatiq one by the retry count its message carries."""
+    Celery or Dramatiq one by the retry count its message carries (a dead letter's is the
+    count it failed with: it waits for nothing)."""
+    if kept_kind(row.kind):
+        return False
     if row.kind.startswith(KIND_PREFIX):
         return row.key in retrying
     return (message.retries or 0) >= 1

@@ -148,9 +148,10 @@ def test_failed_lists_every_front_end_newest_first_and_pages(
         svc.failed_page(cursor="not-a-cursor")
 
 
-def test_retrying_is_a_row_state_of_every_front_end(queue: DelayedQueue,
-                                                    svc: FailureService) -> None:
+def test_retrying_is_a_row_state_of_every_front_end(queue: DelayedQueue, svc: FailureService,
+                                                    database_url: str) -> None:
     run_django(queue, "r1", "shop.charge", fails=True, retry=True)
+    dead_letter(database_url, "payments.charge")  # retried 3 times, but waits for nothing
     queue.with_kind(KIND).offer("fresh", django_task("shop.add"), T0)  # never ran
     celery = celery_retry(queue, "billing.remind", 2)
     celery_retry(queue, "billing.remind", 0)  # a first attempt, not a retry

@@ -19,6 +19,7 @@ entries, each with its actions, read and changed through delayq's services (the 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from ...tasks.beat import beat_entries, set_beat_enabled
 from ...tasks.deadletters import DeadLetterService
 from ...tasks.failures import FailureService, exception_of
 from ...tasks.filters import STATES
-from ...tasks.service import iso
+from ...tasks.service import iso, kept_kind
 from ..target import target
 from .models import DeadLetter, PeriodicEntry, Result, Task
 
@@ -181,8 +182,12 @@ class ServiceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except DelayqError as exc:
             messages.error(request, str(exc))
             return HttpResponseRedirect(self.url("changelist"))
-        return TemplateResponse(request, self.detail_template, self.context(
-            request, title=item["title"], item=item, ident=object_id))
+        item["fields"] = [(name, _shown(value)) for name, value in item["fields"]]
+        context = self.context(request, title=item["title"], item=item, ident=object_id)
+        if "actions" in item:  # what this one item allows (a successful result: nothing)
+            context["actions"] = {k: v for k, v in context["actions"].items()
+                                  if k in item["actions"]}
+        return TemplateResponse(request, self.detail_template, context)
 
     def act_view(self, request: HttpRequest) -> HttpResponse:
         """An action on the selected items (a list's checkboxes, or one item's button)."""
@@ -247,16 +252,17 @@ class TaskAdmin(ServiceAdmin):
         svc = TaskService(queue)
         g = request.GET
         f = TaskFilter.parse(g.get("kind"), g.get("task"), g.get("state"), text=g.get("q"))
-        page = svc.list_page(f, decode_cursor(g.get("cursor")), PAGE)
+        kinds = [k for k in svc.kinds() if not kept_kind(k)]  # dead letters: their own page
+        page = svc.list_page(f, decode_cursor(g.get("cursor")), PAGE,
+                             None if f.queue else kinds)
         rows = [Row(str(v.row.id), [
             v.message.task if v.message and v.message.task else "(message)",
-            d["queue"], d["priority"], when(d["eta"]),
+            v.row.kind, when(d["eta"]).removesuffix(" UTC"),
             d["state"].replace("_", " ") + (" · redelivered" if d["redelivered"] else ""),
-            d["key"], d["args_preview"]], self.url("change", str(v.row.id)))
+            _short(d["key"]), d["args_preview"]], self.url("change", str(v.row.id)))
             for v in page.items for d in [v.as_dict()]]
-        kinds = svc.kinds()
         return Listing(
-            ["task", "queue", "priority", "ETA", "state", "task id", "arguments"], rows,
+            ["task", "queue (kind)", "ETA (UTC)", "state", "task id", "arguments"], rows,
             [Filter("state", _choices(request, "state", [("All", None)] + [
                 (s.replace("_", " "), s) for s in STATES])),
              Filter("queue (kind)", _choices(request, "kind", [("All", None)] + [
@@ -299,7 +305,8 @@ class ResultAdmin(ServiceAdmin):
             g.get("cursor"), PAGE)
         rows = [Row(s.id, [s.task.get("task"), s.task.get("queue"), _status(s.status),
                            when(s.finished_at_ms), s.attempts,
-                           exception_of(s.last_error) if s.status == "FAILED" else "", s.id],
+                           exception_of(s.last_error) if s.status == "FAILED" else "",
+                           _short(s.id)],
                     self.url("change", s.id)) for s in page.items]
         queues = sorted(set(target().queues) | {str(s.task.get("queue")) for s in page.items})
         return Listing(
@@ -336,7 +343,8 @@ class ResultAdmin(ServiceAdmin):
         errors = [(f"attempt error {i}: {e['exception_class_path']}", e["traceback"])
                   for i, e in enumerate(stored.errors, 1)]
         return {"title": f"{t.get('task')} {ident}", "fields": fields, "tracebacks": errors,
-                "ident": ident}
+                "ident": ident,
+                "actions": ["retry", "discard"] if stored.status == "FAILED" else []}
 
     def perform(self, queue: DelayedQueue, action: str, ident: str) -> str:
         svc = FailureService(queue)
@@ -344,6 +352,20 @@ class ResultAdmin(ServiceAdmin):
             svc.failure(ident)  # a failed result only: a waiting task is the tasks page's
             return svc.retry(ident).detail
         return svc.discard(ident).detail
+
+
+def _short(key: str) -> Any:
+    """A long task id cut for a list (the whole id in its title)."""
+    if len(key) <= 14:
+        return key
+    return format_html('<span title="{}">{}…</span>', key, key[:13])
+
+
+def _shown(value: Any) -> str:
+    """A field's value as the detail page shows it: JSON for what JSON holds."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return "–" if value is None else str(value)
 
 
 def _status(status: str) -> Any:

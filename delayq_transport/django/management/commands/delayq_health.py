@@ -15,6 +15,7 @@ from ....core import DatabaseUnavailable
 from ....formats.celery import kinds_for
 from ....formats.django_tasks import KIND_PREFIX
 from ....tasks.health import Check, Limits, run_checks
+from ....tasks.service import kept_kind
 from ...target import Target
 from ..base import TargetCommand
 
@@ -87,4 +88,4 @@ def watched(where: Target, queue_names: list[str] | None) -> Any:
         return lambda kind: kind.startswith(prefixes) or kind in others
     if where.backend:
         return lambda kind: kind.startswith(KIND_PREFIX)
-    return lambda kind: not kind.endswith(".XQ")
+    return lambda kind: not kept_kind(kind)
