@@ -11,7 +11,7 @@ FORMAT JSON) in a transaction rolled back afterwards.
   that hold rows, a loose index scan);
 * the failure lists and the admin's results (issue 50): ``task_results_walk`` (finished
   results newest first, by (tableName, finishedAt) backwards), ``task_results_walk_failed`` and
-  ``task_results_failed_since`` (the failed ones, by the partial index of migration 17: one in
+  ``task_results_failed_since`` (the failed ones, by the partial index of migration 18: one in
   2,000 results failed), ``task_results_by_ids`` (a page's results and their queue rows),
   ``task_results_discard`` and ``task_results_reopen`` (by primary key);
 * per prune: ``task_results_prune`` (finished before the retention, by (tableName,

@@ -136,7 +136,7 @@ WHERE ctid = ANY(ARRAY(
 ))
 
 -- task_results_failed_index --
--- Migration 17: the failed results of each queue table, newest first, for the failure lists
+-- Migration 18: the failed results of each queue table, newest first, for the failure lists
 -- (`delayq tasks list --state failed`, the page, the admin) and the health check's count. A
 -- partial index: a successful task never enters it, so the workers' writes per task are the
 -- same as before; a failed one adds one entry.
@@ -158,7 +158,7 @@ ORDER BY r."finishedAt" DESC, r."id" DESC
 LIMIT %(limit)s
 
 -- task_results_walk_failed --
--- task_results_walk for FAILED results only, from the partial index of migration 17: the
+-- task_results_walk for FAILED results only, from the partial index of migration 18: the
 -- failures of a table whose results are mostly successes cost what the failures do.
 SELECT r."id", r."finishedAt", r."status", r."task"->>'queue', r."task"->>'task'
 FROM "delayq_task_results" AS r
@@ -211,7 +211,7 @@ SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM r)
 
 -- task_results_failed_since --
 -- Failed results of a table that finished at or after `since`, counted up to `cap` (the health
--- check): the partial index of migration 17.
+-- check): the partial index of migration 18.
 SELECT count(*) FROM (
     SELECT 1 FROM "delayq_task_results"
     WHERE "tableName" = %(table_name)s AND "status" = 'FAILED'

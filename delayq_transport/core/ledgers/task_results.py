@@ -91,12 +91,12 @@ register_migration(Migration(
 
 
 def _index_failed_results(conn: psycopg.Connection[Any], q: Queries) -> None:
-    """Migration 17 (idempotent: the index is shared by every queue table's results)."""
+    """Migration 18 (idempotent: the index is shared by every queue table's results)."""
     conn.execute(q["task_results_failed_index"])
 
 
 register_migration(Migration(
-    17, "task results: a partial index of the failed ones (failure lists, the health check)",
+    18, "task results: a partial index of the failed ones (failure lists, the health check)",
     _index_failed_results, lock="SHARE", lock_on=RESULTS_TABLE))
 
 
