@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from _dead_letters import dead_letters
 from acceptance.conftest import wait_until
 from click.testing import CliRunner
 from conftest import create_database, drop_database
@@ -83,32 +84,6 @@ def rows(url: str, query: str) -> list[tuple[Any, ...]]:
         return conn.execute(query).fetchall()
 
 
-def dead_letters(url: str) -> None:
-    from dramatiq.message import Message
-
-    from delayq_transport.dramatiq import DelayqBroker
-
-    broker = DelayqBroker(url=url)
-    try:
-        broker.declare_queue("default")
-        for order in (1042, 1077):
-            broker.enqueue(Message(queue_name="default", actor_name="payments.charge",
-                                   args=({"order": order},), kwargs={},
-                                   options={"retries": 3}))
-        consumer = broker.consume("default", prefetch=2, timeout=2000)
-        for _ in range(2):
-            proxy = next(consumer)
-            assert proxy is not None
-            try:
-                raise RuntimeError(f"card declined for order {proxy.args[0]['order']}")
-            except RuntimeError as exc:
-                proxy.stuff_exception(exc)
-            consumer.nack(proxy)
-        consumer.close()
-    finally:
-        broker.close()
-
-
 @pytest.fixture
 def served(project: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes], str]]:
     """Failed tasks made by a real worker, then the admin served; yields (base URL, the
@@ -133,7 +108,8 @@ def served(project: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[byte
         wait_until(lambda: len(rows(url, "SELECT 1 FROM delayq_task_results WHERE status "
                                          "IN ('SUCCESSFUL', 'FAILED')")) == 5, timeout=60,
                    message="the worker to finish the tasks")
-        dead_letters(url)
+        dead_letters(url, [("payments.charge", {"order": 1042}),
+                           ("payments.charge", {"order": 1077})])
         added = CliRunner().invoke(main, ["-d", url, "beat", "add", "nightly-report",
                                           "reports.nightly", "--crontab", "30 2 * * *"])
         assert added.exit_code == 0, added.output

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from _dead_letters import dead_letters
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
@@ -203,28 +204,7 @@ def test_a_failed_task_is_found_retried_from_the_admin_and_succeeds(
 
 
 def test_dead_letters_are_retried_and_discarded(dj_url: str) -> None:
-    from dramatiq.message import Message
-
-    from delayq_transport.dramatiq import DelayqBroker
-
-    broker = DelayqBroker(url=dj_url)
-    try:
-        broker.declare_queue("default")
-        for actor in ("payments.charge", "mail.render"):
-            broker.enqueue(Message(queue_name="default", actor_name=actor, args=(1,),
-                                   kwargs={}, options={"retries": 2}))
-        consumer = broker.consume("default", prefetch=2, timeout=2000)
-        for _ in range(2):
-            proxy = next(consumer)
-            assert proxy is not None
-            try:
-                raise KeyError(f"{proxy.actor_name} broke")
-            except KeyError as exc:
-                proxy.stuff_exception(exc)
-            consumer.nack(proxy)
-        consumer.close()
-    finally:
-        broker.close()
+    dead_letters(dj_url, [("payments.charge", 1), ("mail.render", 2)], retries=2)
     root = user("root", superuser=True)
     page = root.get(f"{ADMIN}/deadletter/").content.decode()
     letters = idents(root.get(f"{ADMIN}/deadletter/"))

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from _dead_letters import dead_letters
 from click.testing import CliRunner
 
 from delayq_transport import DelayedQueue
@@ -62,28 +63,9 @@ def run_django(queue: DelayedQueue, key: str, task: str, *, fails: bool, retry: 
     queue.ack(env)
 
 
-def dead_letter(url: str, actor: str, queue_name: str = "default") -> None:
+def dead_letter(url: str, actor: str) -> None:
     """A Dramatiq message that failed for good, through the broker's own nack."""
-    from dramatiq.message import Message
-
-    from delayq_transport.dramatiq import DelayqBroker
-
-    broker = DelayqBroker(url=url)
-    try:
-        broker.declare_queue(queue_name)
-        broker.enqueue(Message(queue_name=queue_name, actor_name=actor, args=(1,), kwargs={},
-                               options={"retries": 3}))
-        consumer = broker.consume(queue_name, prefetch=1, timeout=2000)
-        proxy = next(consumer)
-        assert proxy is not None
-        try:
-            raise KeyError(f"{actor} broke")
-        except KeyError as exc:
-            proxy.stuff_exception(exc)
-        consumer.nack(proxy)
-        consumer.close()
-    finally:
-        broker.close()
+    dead_letters(url, [(actor, 1)])
 
 
 def celery_retry(queue: DelayedQueue, task: str, retries: int) -> str:
