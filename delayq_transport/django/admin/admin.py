@@ -15,6 +15,10 @@ entries, each with its actions, read and changed through delayq's services (the 
   ``TASKS`` backend ``default``, or the first of them, else ``DELAYQ_DATABASE`` and
   ``DELAYQ_TABLE``), read on delayq's own connections to that database, never a replica a
   database router would pick.
+
+A page is three things: an unmanaged model (:mod:`.models`, its permissions), a
+:class:`ServiceAdmin` subclass (``listing``, ``detail``, ``perform`` over a service) and its
+entry in :data:`ACTIONS`. Queues' limits and pause (issue 52) are added the same way.
 """
 
 from __future__ import annotations
