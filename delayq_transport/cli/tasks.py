@@ -28,6 +28,7 @@ from ..tasks import (
 )
 from ..tasks.failures import FailureService
 from ..tasks.filters import STATES
+from ..tasks.occurrences import occurrence_entry
 from ..tasks.outcomes import finished_outcome
 from .deadletters import dead_letters_group
 
@@ -41,7 +42,9 @@ def _service(obj: Context, hide_args: bool = False) -> Iterator[TaskService]:
 def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The list filters, shared by ``list`` and bulk ``cancel``."""
     options = [
-        click.option("--queue", "-Q", help="Queue name (all its priority kinds) or a kind"),
+        click.option("--queue", "-Q", help="Queue name: all its priority kinds, Celery's, "
+                     "Dramatiq's and django.tasks' (dramatiq:NAME or django:NAME: one's "
+                     "only), or a kind"),
         click.option("--task", "-t", help="Task name; * and ? match like a shell glob"),
         click.option("--state", type=click.Choice([*STATES, "failed"]),
                      help="Row state (retrying: waiting after a failed attempt); failed: "
@@ -72,25 +75,31 @@ def tasks_group() -> None:
               help="Tasks per page")
 @click.option("--cursor", help="Continue after a previous page (printed at its end)")
 @click.option("--hide-args", is_flag=True, help="Do not show task arguments")
+@click.option("--all-occurrences", is_flag=True,
+              help="Every installed occurrence of periodic entries (default: each entry's "
+              "next one; --beat-entry lists one entry's all)")
 @json_option
 @click.pass_obj
-def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool, as_json: bool,
-             **kw: Any) -> None:
+def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool,
+             all_occurrences: bool, as_json: bool, **kw: Any) -> None:
     """Tasks sorted by ETA, one page at a time (keyset pagination: --cursor continues).
 
-    ``--state failed`` lists failed tasks instead, newest first: django.tasks results FAILED
-    and Dramatiq's dead letters (a Celery task's failure is in its result backend: ``show``).
-    """
+    A periodic entry (Celery beat's, Dramatiq's, django.tasks') shows as its next installed
+    occurrence; --all-occurrences lists every one. ``--state failed`` lists failed tasks
+    instead, newest first: django.tasks results FAILED and Dramatiq's dead letters (a Celery
+    task's failure is in its result backend: ``show``)."""
     if kw["state"] == "failed":
         _list_failed(obj, limit, cursor, as_json, **kw)
         return
     f = _filter(**kw)
     with _service(obj, hide_args) as svc:
-        page = svc.list_page(f, decode_cursor(cursor), limit)
+        page = svc.list_page(f, decode_cursor(cursor), limit,
+                             fold_occurrences=not all_occurrences)
     nxt = encode_cursor(*page.next_cursor) if page.next_cursor else None
     if as_json:
         emit({"tasks": [v.as_dict() for v in page.items], "next_cursor": nxt,
-               "scanned": page.scanned, "partial": page.partial})
+               "scanned": page.scanned, "partial": page.partial,
+               "folded_entries": list(page.folded)})
         return
     table = Table(title=f"{obj.table}: {len(page.items)} task(s), sorted by ETA (UTC)")
     for col in ("id", "task id", "queue", "task", "eta", "state", "args"):
@@ -98,9 +107,14 @@ def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool, as_j
     for v in page.items:
         d = v.as_dict()
         state = d["state"] + (" (redelivered)" if d["redelivered"] else "")
-        table.add_row(str(d["id"]), d["key"], d["queue"], d["task"] or "-",
+        entry = None if all_occurrences or f.beat_entry else occurrence_entry(d["key"])
+        task = (d["task"] or "-") + (f" (periodic {entry}: next)" if entry else "")
+        table.add_row(str(d["id"]), d["key"], d["queue"], task,
                       (d["eta"] or "")[:23].replace("T", " "), state, d["args_preview"])
     console.print(table)
+    if page.folded:
+        console.print(f"later occurrences of periodic entries folded ({', '.join(page.folded)})"
+                      ": --all-occurrences lists them", soft_wrap=True, markup=False)
     if page.partial:
         console.print(f"scanned {page.scanned} rows without filling the page; more may match")
     if nxt:

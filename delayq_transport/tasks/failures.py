@@ -5,7 +5,7 @@ What "failed" means is what delayq keeps of a failure, per front end:
 
 * **django.tasks**: a result ``FAILED`` (it raised and no retry was left), in
   ``delayq_task_results`` until the retention prunes it; listed newest first from the partial
-  index of the failed results (migration 18);
+  index of the failed results (migration 19);
 * **Dramatiq**: a dead letter (the message moved to its queue's ``.XQ`` kind after its last
   retry), kept ``dead_message_ttl``;
 * **Celery**: nothing here. A failed Celery task's row was acked; its outcome is what the app's

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..core import DelayedQueue, InvalidInput, TaskResults
-from ..formats.django_tasks import KIND_PREFIX
+from ..formats.django_tasks import KIND_PREFIX, result_truth
 from .decoders import HIDDEN
 
 #: Seconds a result-backend read may take before the page gives up on it.
@@ -65,13 +65,14 @@ def task_result_outcome(queue: DelayedQueue, task_id: str, *, hide_results: bool
     stored = TaskResults(queue, KIND_PREFIX).get(task_id)
     if stored is None or stored.status is None:
         return None
-    last = stored.errors[-1] if stored.errors else None
-    if stored.status == "SUCCESSFUL":
+    status, errors = result_truth(stored)  # READY, interrupted, while nothing runs it
+    last = errors[-1] if errors else None
+    if status == "SUCCESSFUL":
         result: Any = HIDDEN if hide_results else stored.return_value
     else:
         result = last["exception_class_path"] if last else None
     done = stored.finished_at_ms
-    return Outcome(task_id, stored.status, result, last["traceback"] if last else None,
+    return Outcome(task_id, str(status), result, last["traceback"] if last else None,
                    None if done is None else _iso_ms(done), max(len(stored.worker_ids) - 1, 0),
                    str(stored.task.get("task")), source="delayq")
 

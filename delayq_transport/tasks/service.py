@@ -35,8 +35,10 @@ from ..core.inspect import (
 from ..core.queue import DelayedQueue, from_ms, kind_row_estimates, past_the_cap, to_ms
 from ..formats.celery import kinds_for, queue_of_kind
 from ..formats.django_tasks import KIND_PREFIX
+from ..formats.queues import kinds_of_queue
 from . import decoders
 from .filters import TaskFilter
+from .occurrences import OccurrenceFold
 from .rates import RateWindows
 
 #: A filter the index cannot answer scans at most this many rows per request...
@@ -123,6 +125,8 @@ class TaskPage:
     scanned: int
     partial: bool  # the scan limit stopped it before the page was full
     indexed: bool = False  # a text search answered by the opt-in trigram index
+    #: Periodic entries whose later occurrences were folded (``fold_occurrences``).
+    folded: tuple[str, ...] = ()
 
     @property
     def searched_to(self) -> str | None:
@@ -160,8 +164,11 @@ class TaskService:
     # -- reading ------------------------------------------------------------------------
 
     def kinds(self, queue: str | None = None) -> list[str]:
+        """Every kind present, or those of one queue: all its priority kinds, Celery's,
+        Dramatiq's and Django's task framework's (``formats/queues.py``), or a kind by name."""
         if queue:
-            return list(dict.fromkeys([*kinds_for(queue), queue]))
+            present = kinds_of_queue(queue, self.inspector.kinds())
+            return list(dict.fromkeys([*kinds_for(queue), *present, queue]))
         return self.inspector.kinds()
 
     def _view(self, row: TaskRow) -> TaskView:
@@ -191,9 +198,20 @@ class TaskService:
         return not f.text or f.text.lower() in message.search_text.lower()
 
     def list_page(self, f: TaskFilter, cursor: tuple[int, int] | None = None,
-             limit: int = 50, kinds: list[str] | None = None) -> TaskPage:
+                  limit: int = 50, kinds: list[str] | None = None, *,
+                  fold_occurrences: bool = False) -> TaskPage:
         """One page sorted by (ETA, id); ``next_cursor`` continues after it. ``kinds``: these
-        kinds instead of the filter's queue (the Django admin leaves dead letters out)."""
+        kinds instead of the filter's queue (the Django admin leaves dead letters out).
+        ``fold_occurrences``: of a periodic entry's installed occurrences only its next one
+        (:mod:`.occurrences`; not with ``beat_entry``, which asks for that entry's)."""
+        fold = OccurrenceFold(self.queue) if fold_occurrences and not f.beat_entry else None
+        page = self._page(f, cursor, limit, fold, kinds)
+        if fold is not None:
+            page.folded = tuple(sorted(fold.folded))
+        return page
+
+    def _page(self, f: TaskFilter, cursor: tuple[int, int] | None, limit: int,
+              fold: OccurrenceFold | None, kinds: list[str] | None) -> TaskPage:
         if f.text and self.hide_args:
             raise InvalidInput("searching task arguments is disabled (arguments are hidden)")
         kinds = self.kinds(f.queue) if kinds is None else kinds
@@ -201,7 +219,7 @@ class TaskService:
         lo, hi = MIN_MS if lo is None else lo, MAX_MS if hi is None else hi
         after = cursor or (MIN_MS, MIN_MS)
         prefix = _beat_prefix(f.beat_entry)
-        if not f.narrows:
+        if not f.narrows and fold is None:
             rows = self.inspector.window(kinds, after=after, lo=lo, hi=hi, budget=limit + 1)
             page = rows[:limit]
             more = len(rows) > limit
@@ -229,7 +247,8 @@ class TaskService:
                 scanned += 1
                 after = _pos(row)
                 if may_match(row.payload, piece) and \
-                        self._matches(f, row, prefix, (lo, hi), retrying):
+                        self._matches(f, row, prefix, (lo, hi), retrying) and \
+                        not (fold is not None and fold.hides(row)):
                     found.append(row)
                     if len(found) == limit:
                         return TaskPage(self._with_payloads(found), after, scanned, False,

@@ -6,12 +6,13 @@ FORMAT JSON) in a transaction rolled back afterwards.
 
 * per task: ``task_results_start`` (insert, or update on conflict, by (tableName, id)),
   ``task_results_finish`` (update by (tableName, id)), ``task_results_get`` (the result by its
-  primary key and the queue row by (pKey, pKind));
+  primary key and the queue row by (pKey, pKind)); ``task_results_touch`` (a worker's running
+  attempts, by (tableName, id)) and ``task_results_interrupt`` (a given-back attempt);
 * per poll: ``try_poll_many`` over a worker's ``django:`` kinds, ``task_kinds`` (the kinds
   that hold rows, a loose index scan);
 * the failure lists and the admin's results (issue 50): ``task_results_walk`` (finished
   results newest first, by (tableName, finishedAt) backwards), ``task_results_walk_failed`` and
-  ``task_results_failed_since`` (the failed ones, by the partial index of migration 18: one in
+  ``task_results_failed_since`` (the failed ones, by the partial index of migration 19: one in
   2,000 results failed), ``task_results_by_ids`` (a page's results and their queue rows),
   ``task_results_discard`` and ``task_results_reopen`` (by primary key);
 * per prune: ``task_results_prune`` (finished before the retention, by (tableName,
@@ -139,7 +140,9 @@ PARAMS: dict[str, Any] = {
     "before": NOW - RETENTION_MS, "now": NOW, "kinds": DJANGO_KINDS,
     "lows": [None] * len(DJANGO_KINDS), "starts": [None] * len(DJANGO_KINDS),
     "floors": [None] * len(DJANGO_KINDS), "want_next": True, "lease_ms": 60_000,
-    "lock": "L", "before_at": 2**63 - 1, "before_id": "", "lo": -(2**63), "since": NOW - DAY_MS,
+    "lock": "L", "alive_ms": 10_000, "lost_class": "x.TaskInterrupted",
+    "lost_template": "attempt %s (worker %s) was lost", "attempt": 1,
+    "before_at": 2**63 - 1, "before_id": "", "lo": -(2**63), "since": NOW - DAY_MS,
     "cap": 1000, "ids": ["r7", "q8"],
 }
 
@@ -149,6 +152,9 @@ CASES: dict[str, tuple[str, dict[str, Any], set[str], bool]] = {
     "start_existing": ("task_results_start", {"id": "r7"}, {RESULTS_PK}, True),
     "start_new": ("task_results_start", {"id": "new-task"}, {RESULTS_PK}, True),
     "finish": ("task_results_finish", {"id": "r7"}, {RESULTS_PK}, True),
+    "touch": ("task_results_touch", {"ids": [hashlib.md5(f"r{g}".encode()).hexdigest()
+                                             for g in range(1, 5)]}, {RESULTS_PK}, True),
+    "interrupt": ("task_results_interrupt", {"id": "r7"}, {RESULTS_PK}, False),
     "get_result": ("task_results_get", {"id": "r7"}, {RESULTS_PK, BY_KEY}, False),
     "get_waiting": ("task_results_get", {"id": "q8"}, {RESULTS_PK, BY_KEY}, False),
     "get_unknown": ("task_results_get", {"id": "nope"}, {RESULTS_PK, BY_KEY}, False),

@@ -200,8 +200,7 @@ def test_quoted_counts_are_the_codes() -> None:
     """The wake-up's listing limits the pages quote (1,000 due times, 100,000 kept)."""
     from delayq_transport.core.queue.announce import MAX_LISTED
     from delayq_transport.core.queue.watermark import MAX_ANNOUNCED
-    for page in ("docs/explanation/wakeups.md", "docs/explanation/time.md",
-                 "docs/explanation/design.md"):
+    for page in ("docs/explanation/wakeups.md",):
         assert f"{MAX_LISTED:,}" in (ROOT / page).read_text(), page
     wakeups = (ROOT / "docs/explanation/wakeups.md").read_text()
     assert f"{MAX_ANNOUNCED:,}\nannounced times" in wakeups or \
@@ -211,10 +210,6 @@ def test_quoted_counts_are_the_codes() -> None:
 @pytest.mark.parametrize("page,sentence,value", [
     ("docs/explanation/delivery.md", r"by the Dramatiq broker every (\d+) ms",
      "delayq_transport.core.queue.session:ACK_FLUSH_INTERVAL_S"),
-    ("docs/explanation/time.md", r"wake-ups share one notifying commit per (\d+) ms",
-     "delayq_transport.core.queue.announce:DEFAULT_WINDOW_S"),
-    ("docs/explanation/design.md", r"wake-ups share one notifying commit per (\d+) ms",
-     "delayq_transport.core.queue.announce:DEFAULT_WINDOW_S"),
     ("docs/explanation/wakeups.md", r"at most one commit per\s+(\d+) ms window",
      "delayq_transport.core.queue.announce:DEFAULT_WINDOW_S"),
     ("docs/how-to/transactions.md", r"carry a notification at most once per\s+(\d+) ms",

@@ -26,14 +26,16 @@ from .runs import (
     run_state,
     validate_run_id,
 )
-from .task_results import ResultSummary, StoredResult, TaskResults, Walked
+from .task_results import Attempt, LostAttempt, ResultSummary, StoredResult, TaskResults, Walked
 
 __all__ = [
+    "Attempt",
     "COMPLETE_PART",
     "DEFAULT_RETENTION_MS",
     "DEMO_QUEUE",
     "DEMO_TABLE",
     "DemoSite",
+    "LostAttempt",
     "Recorded",
     "ResultSummary",
     "RunLog",

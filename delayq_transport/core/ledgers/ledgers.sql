@@ -82,39 +82,77 @@ SELECT task_id, state, at FROM {demo_log} ORDER BY at
 -- A worker of Django's task framework begins an attempt (core/ledgers/task_results.py): the task's
 -- result row is created RUNNING, or marked RUNNING again with this worker appended, unless it is
 -- final already (the outcome was recorded, then the worker died before its ack was flushed: the
--- redelivery is acked without running the task again). No row back: final already.
+-- redelivery is acked without running the task again). No row back: final already. A row still
+-- RUNNING is an attempt that never settled (its worker was killed, or lost the database for a
+-- whole lease): `lost` is appended to its errors, its traceback the caller's `format()` template
+-- filled with that attempt's number and worker. `aliveUntil` (database clock): the attempt's
+-- liveness, renewed by task_results_touch while it runs.
 INSERT INTO "delayq_task_results" AS r
     ("tableName", "id", "task", "status", "enqueuedAt", "startedAt", "lastAttemptedAt",
-     "errors", "workerIds", "updatedAt")
+     "errors", "workerIds", "updatedAt", "aliveUntil")
 VALUES (%(table_name)s, %(id)s, %(task)s::jsonb, 'RUNNING', %(enqueued_at)s::bigint,
         %(at)s::bigint, %(at)s::bigint, '[]'::jsonb, jsonb_build_array(%(worker_id)s::text),
-        %(at)s::bigint)
+        %(at)s::bigint, {now} + %(alive_ms)s::bigint)
 ON CONFLICT ("tableName", "id") DO UPDATE
 SET "status" = 'RUNNING', "lastAttemptedAt" = EXCLUDED."lastAttemptedAt",
-    "workerIds" = r."workerIds" || EXCLUDED."workerIds", "updatedAt" = EXCLUDED."updatedAt"
+    "workerIds" = r."workerIds" || EXCLUDED."workerIds", "updatedAt" = EXCLUDED."updatedAt",
+    "aliveUntil" = EXCLUDED."aliveUntil",
+    "errors" = CASE WHEN r."status" = 'RUNNING' THEN r."errors" || jsonb_build_array(
+        jsonb_build_object('exception_class_path', %(lost_class)s::text,
+                           'traceback', format(%(lost_template)s::text,
+                                               jsonb_array_length(r."workerIds"),
+                                               r."workerIds" ->> -1)))
+        ELSE r."errors" END
 WHERE r."status" NOT IN ('SUCCESSFUL', 'FAILED')
 RETURNING r."startedAt", r."workerIds", r."errors"
 
+-- task_results_touch --
+-- The attempts a worker is running are alive (core/ledgers/task_results.py): their liveness is
+-- pushed `alive_ms` past the database clock, a few times per that span. A reader takes a RUNNING
+-- result whose liveness lapsed for interrupted (task_results_get), long before the queue row's
+-- lease would tell. Only RUNNING rows: a settled or given-back attempt is not revived.
+UPDATE "delayq_task_results" SET "aliveUntil" = {now} + %(alive_ms)s::bigint
+WHERE "tableName" = %(table_name)s AND "id" = ANY(%(ids)s::text[]) AND "status" = 'RUNNING'
+
+-- task_results_interrupt --
+-- A worker gives an attempt back unsettled (its shutdown timeout ran out, or its outcome could not
+-- be written): READY again, the interruption appended to its errors, before the queue row is
+-- released. Only that attempt (its number is the length of workerIds) and only while it is
+-- RUNNING: an outcome written meanwhile, or a later attempt, is left alone. No row back: left
+-- alone.
+UPDATE "delayq_task_results"
+SET "status" = 'READY', "errors" = "errors" || %(errors)s::jsonb, "aliveUntil" = NULL,
+    "updatedAt" = %(at)s::bigint
+WHERE "tableName" = %(table_name)s AND "id" = %(id)s AND "status" = 'RUNNING'
+  AND jsonb_array_length("workerIds") = %(attempt)s
+RETURNING 1
+
 -- task_results_finish --
 -- An attempt's outcome: SUCCESSFUL or FAILED with its finish time, or READY again while a retry
--- waits; its error (if any) appended, its return value (JSON) kept. Written before the queue
--- row's ack.
+-- waits; its error (if any) appended, its return value (JSON) kept, its liveness cleared.
+-- Written before the queue row's ack.
 UPDATE "delayq_task_results"
 SET "status" = %(status)s, "finishedAt" = %(finished_at)s::bigint,
     "returnValue" = %(return_value)s::jsonb, "errors" = "errors" || %(errors)s::jsonb,
-    "updatedAt" = %(at)s::bigint
+    "updatedAt" = %(at)s::bigint, "aliveUntil" = NULL
 WHERE "tableName" = %(table_name)s AND "id" = %(id)s
 
 -- task_results_get --
 -- One task by key: its result row (none until a worker started it) and its queue row, waiting
 -- or leased, among the kinds that start with `prefix` (found by the (pKey, pKind) index).
--- Always one row: both sides NULL means no such task.
+-- Always one row: both sides NULL means no such task. `interrupted`: the result says RUNNING but
+-- nothing runs it: its attempt's liveness lapsed (its worker was killed or lost the database),
+-- or its queue row is not held (given back unsettled) or gone; `scheduledAt` then says when it
+-- runs again (a held row's lease end).
 SELECT r."task", r."status", r."enqueuedAt", r."startedAt", r."lastAttemptedAt",
-       r."finishedAt", r."returnValue", r."errors", r."workerIds", q."payload", q."lockUuid"
+       r."finishedAt", r."returnValue", r."errors", r."workerIds", q."payload", q."lockUuid",
+       q."scheduledAt", r."aliveUntil",
+       r."status" = 'RUNNING' AND (COALESCE(r."aliveUntil" < {now}, false)
+                                   OR q."lockUuid" IS NULL) AS interrupted
 FROM (SELECT 1) AS one
 LEFT JOIN "delayq_task_results" AS r ON r."tableName" = %(table_name)s AND r."id" = %(id)s
 LEFT JOIN LATERAL (
-    SELECT "payload", "lockUuid" FROM {table}
+    SELECT "payload", "lockUuid", "scheduledAt" FROM {table}
     WHERE "pKey" = %(id)s AND starts_with("pKind", %(prefix)s)
     LIMIT 1
 ) AS q ON true
@@ -136,7 +174,7 @@ WHERE ctid = ANY(ARRAY(
 ))
 
 -- task_results_failed_index --
--- Migration 18: the failed results of each queue table, newest first, for the failure lists
+-- Migration 19: the failed results of each queue table, newest first, for the failure lists
 -- (`delayq tasks list --state failed`, the page, the admin) and the health check's count. A
 -- partial index: a successful task never enters it, so the workers' writes per task are the
 -- same as before; a failed one adds one entry.
@@ -158,7 +196,7 @@ ORDER BY r."finishedAt" DESC, r."id" DESC
 LIMIT %(limit)s
 
 -- task_results_walk_failed --
--- task_results_walk for FAILED results only, from the partial index of migration 18: the
+-- task_results_walk for FAILED results only, from the partial index of migration 19: the
 -- failures of a table whose results are mostly successes cost what the failures do.
 SELECT r."id", r."finishedAt", r."status", r."task"->>'queue', r."task"->>'task'
 FROM "delayq_task_results" AS r
@@ -211,7 +249,7 @@ SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM r)
 
 -- task_results_failed_since --
 -- Failed results of a table that finished at or after `since`, counted up to `cap` (the health
--- check): the partial index of migration 18.
+-- check): the partial index of migration 19.
 SELECT count(*) FROM (
     SELECT 1 FROM "delayq_task_results"
     WHERE "tableName" = %(table_name)s AND "status" = 'FAILED'
@@ -232,3 +270,8 @@ WITH RECURSIVE k AS (
     FROM k WHERE k.kind IS NOT NULL
 )
 SELECT kind FROM k WHERE kind IS NOT NULL AND starts_with(kind, %(prefix)s)
+
+-- task_results_alive_column --
+-- Migration 17: each attempt's liveness (core/ledgers/task_results.py), so a reader can tell a
+-- RUNNING result that nothing runs any more. Nullable, no default: no rewrite of the table.
+ALTER TABLE "delayq_task_results" ADD COLUMN IF NOT EXISTS "aliveUntil" BIGINT

@@ -9,11 +9,16 @@ and the task's key, as the scheduling engine's tables are):
 
 * :meth:`TaskResults.start`: an attempt begins (status RUNNING, this worker appended), unless
   the row is final already: the outcome was recorded, then the worker died before its ack was
-  flushed, and the redelivery must not run the task a second time;
+  flushed, and the redelivery must not run the task a second time. A row found RUNNING is an
+  attempt that never settled (killed): the caller's entry for it is appended to ``errors``;
 * :meth:`TaskResults.finish`: the attempt's outcome (SUCCESSFUL, FAILED, or READY again while a
   retry waits), its error appended, its return value kept; written before the queue row is
   acked, so a crash in between re-delivers a row whose result is final (see ``start``);
-* :meth:`TaskResults.get`: the result row and the task's queue row by key, in one statement;
+* :meth:`TaskResults.touch` and :meth:`TaskResults.interrupt`: the running attempts' liveness
+  (``aliveUntil``, migration 17), and an attempt given back unsettled (READY again, its entry
+  appended), before its queue row is released;
+* :meth:`TaskResults.get`: the result row and the task's queue row by key, in one statement,
+  with whether a RUNNING result is in fact interrupted (nothing runs it) and when it runs again;
 * :meth:`TaskResults.prune`: finished results older than a retention, a batch at a time;
 * :meth:`TaskResults.walk` and :meth:`TaskResults.summaries`: the lists of finished results
   (all, or the failed ones), newest first: a bounded index walk, then the page's rows;
@@ -21,12 +26,14 @@ and the task's key, as the scheduling engine's tables are):
   task (result READY again and a new row, in one transaction) and its removal.
 
 Times are epoch milliseconds given by the caller (the worker's clock, as Django's own
-backends take ``timezone.now()``). JSON values are passed as JSON text.
+backends take ``timezone.now()``), except the liveness, which is the database clock's on both
+sides (the writer's and the reader's hosts may disagree). JSON values are passed as JSON text.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -90,13 +97,31 @@ register_migration(Migration(
     "retention", _create_task_results_table, lock="none"))
 
 
+def _add_alive_column(conn: psycopg.Connection[Any], q: Queries) -> None:
+    conn.execute(q["task_results_alive_column"])
+
+
+register_migration(Migration(
+    17, "task results: each running attempt's liveness (aliveUntil), so a result tells an "
+    "attempt nothing runs any more", _add_alive_column, lock="ACCESS EXCLUSIVE",
+    lock_on=RESULTS_TABLE))
+
+
+@dataclass(frozen=True, slots=True)
+class LostAttempt:
+    """The entry :meth:`TaskResults.start` appends for an attempt it finds unsettled: an
+    exception class path and a traceback text, a PostgreSQL ``format()`` template whose two
+    ``%s`` take that attempt's number and worker id (``%%`` for a literal ``%``)."""
+
+    exception_class_path: str
+    template: str
 def _index_failed_results(conn: psycopg.Connection[Any], q: Queries) -> None:
-    """Migration 18 (idempotent: the index is shared by every queue table's results)."""
+    """Migration 19 (idempotent: the index is shared by every queue table's results)."""
     conn.execute(q["task_results_failed_index"])
 
 
 register_migration(Migration(
-    18, "task results: a partial index of the failed ones (failure lists, the health check)",
+    19, "task results: a partial index of the failed ones (failure lists, the health check)",
     _index_failed_results, lock="SHARE", lock_on=RESULTS_TABLE))
 
 
@@ -113,7 +138,9 @@ class Attempt:
 class StoredResult:
     """One task as :meth:`TaskResults.get` reads it. ``task`` is the JSON the task was
     enqueued with; ``status`` None: no worker started it yet (its queue row waits, or is
-    leased when ``leased``)."""
+    leased when ``leased``). ``interrupted``: the status says RUNNING but nothing runs it (the
+    attempt's liveness lapsed, or its row is not held); ``due_at_ms``: the queue row's
+    ``scheduledAt`` (when it runs again: a held row's lease end), None without a row."""
 
     task: dict[str, Any]
     status: str | None
@@ -126,6 +153,9 @@ class StoredResult:
     worker_ids: list[str]
     queued: bool
     leased: bool
+    interrupted: bool
+    due_at_ms: int | None
+    alive_until_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,16 +201,36 @@ class TaskResults:
         self._table = queue.table
 
     def start(self, key: str, task_json: str, enqueued_at_ms: int | None, worker_id: str,
-              at_ms: int) -> Attempt | None:
-        """Begin an attempt; None: the result is final already (do not run it again)."""
+              at_ms: int, *, alive_ms: int, lost: LostAttempt) -> Attempt | None:
+        """Begin an attempt, alive for ``alive_ms`` unless touched; None: the result is final
+        already (do not run it again). A previous attempt still RUNNING gets ``lost``."""
         rows = self.queue.db.fetchall(self._q["task_results_start"], {
             "table_name": self._table, "id": key, "task": task_json,
             "enqueued_at": enqueued_at_ms, "worker_id": worker_id, "at": at_ms,
+            "alive_ms": alive_ms, "lost_class": lost.exception_class_path,
+            "lost_template": lost.template, "now": None,
         }, relaxed=True)
         if not rows:
             return None
         started, workers, errors = rows[0]
         return Attempt(int(started), list(workers), list(errors))
+
+    def touch(self, keys: Sequence[str], alive_ms: int) -> int:
+        """These running attempts are alive for ``alive_ms`` more; returns how many."""
+        if not keys:
+            return 0
+        return self.queue.db.execute(self._q["task_results_touch"], {
+            "table_name": self._table, "ids": list(keys), "alive_ms": alive_ms, "now": None,
+        }, relaxed=True)
+
+    def interrupt(self, key: str, attempt: int, error: dict[str, str], at_ms: int) -> bool:
+        """Attempt number ``attempt`` is given back unsettled: READY again, ``error`` appended.
+        False: it was not RUNNING any more (an outcome was written, or a later attempt began)."""
+        rows = self.queue.db.fetchall(self._q["task_results_interrupt"], {
+            "table_name": self._table, "id": key, "attempt": attempt, "at": at_ms,
+            "errors": json.dumps([error]),
+        })
+        return bool(rows)
 
     def finish(self, key: str, status: str, at_ms: int, *, finished: bool,
                return_json: str | None = None, error: dict[str, str] | None = None) -> None:
@@ -194,18 +244,18 @@ class TaskResults:
     def get(self, key: str) -> StoredResult | None:
         """The task with this key, or None if neither a result nor a queue row has it."""
         row = self.queue.db.fetchone(self._q["task_results_get"], {
-            "table_name": self._table, "id": key, "prefix": self.prefix})
+            "table_name": self._table, "id": key, "prefix": self.prefix, "now": None})
         if row is None:
             return None
         (task, status, enqueued, started, attempted, finished, value, errors, workers,
-         payload, lock) = row
+         payload, lock, due, alive, interrupted) = row
         if task is None and payload is None:
             return None
         if task is None:
             task = json.loads(bytes(payload))
         return StoredResult(task, status, enqueued, started, attempted, finished, value,
                             list(errors or []), list(workers or []), payload is not None,
-                            lock is not None)
+                            lock is not None, bool(interrupted), due, alive)
 
     def kinds(self) -> list[str]:
         """The kinds of the prefix that hold rows now (waiting, leased or not yet acked)."""
