@@ -45,7 +45,6 @@ from django.utils.module_loading import import_string
 
 from ..core import Database, DelayedQueue, Envelope, InvalidInput
 from ..formats.django_tasks import PERIODIC_NAMESPACE, kind_of
-from ..scheduling.djbeat import record_runs
 from ..scheduling.entries import EntrySpec, make_spec
 from ..scheduling.installer import Installer
 from ..scheduling.misfire import dropped
