@@ -22,10 +22,16 @@ from click.testing import CliRunner
 
 from delayq_transport import DelayedQueue
 from delayq_transport.cli import main
-from delayq_transport.core import InvalidInput, TaskResults
+from delayq_transport.core import InvalidInput, LostAttempt, TaskResults
 from delayq_transport.formats.celery import encode, kind_for, task_message
 from delayq_transport.tasks import TaskFilter, TaskInFlight, TaskNotFound
 from delayq_transport.tasks.failures import FailureService
+
+#: An attempt begun by hand, as a worker begins one.
+STARTED: dict[str, Any] = {
+    "alive_ms": 10_000,
+    "lost": LostAttempt("x.TaskInterrupted", "attempt %s (worker %s) was lost"),
+}
 
 KIND = "django:default:0"
 T0 = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
@@ -51,7 +57,7 @@ def run_django(queue: DelayedQueue, key: str, task: str, *, fails: bool, retry: 
     payload = django_task(task, queue_name)
     queue.with_kind(kinds).offer(key, payload)
     [env] = [e for e in queue.try_poll_many(10, [kinds]) if e.key == key]
-    results.start(key, payload.decode(), 1, "host:1", queue.clock_ms() or 1)
+    results.start(key, payload.decode(), 1, "host:1", queue.clock_ms() or 1, **STARTED)
     if not fails:
         results.finish(key, "SUCCESSFUL", 2, finished=True, return_json="2")
     elif retry:
@@ -200,7 +206,7 @@ def test_a_retry_whose_row_is_still_there_changes_nothing(queue: DelayedQueue,
     payload = django_task("shop.charge")
     queue.with_kind(KIND).offer("pending-ack", payload)
     [env] = queue.try_poll_many(1, [KIND])
-    results.start("pending-ack", payload.decode(), 1, "w", 1)
+    results.start("pending-ack", payload.decode(), 1, "w", 1, **STARTED)
     results.finish("pending-ack", "FAILED", 2, finished=True, error=error("x"))
     with pytest.raises(InvalidInput, match="acknowledgement is pending"):
         results.reopen("pending-ack", KIND, payload, 3)
