@@ -39,7 +39,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from ...core import DelayedQueue, DelayqError, TaskResults
-from ...formats.django_tasks import KIND_PREFIX
+from ...formats.django_tasks import KIND_PREFIX, result_truth
 from ...tasks import TaskFilter, TaskNotFound, TaskService, decode_cursor, encode_cursor
 from ...tasks.beat import beat_entries, set_beat_enabled
 from ...tasks.deadletters import DeadLetterService
@@ -334,8 +334,9 @@ class ResultAdmin(ServiceAdmin):
         if stored is None or stored.status is None:
             raise TaskNotFound(f"no result {ident!r}: pruned, discarded, or not run yet")
         t = stored.task
+        status, shown_errors = result_truth(stored)  # READY, interrupted, while nothing runs it
         fields = [("id", ident), ("task", t.get("task")), ("queue", t.get("queue")),
-                  ("priority", t.get("priority")), ("status", stored.status),
+                  ("priority", t.get("priority")), ("status", status),
                   ("args", t.get("args")), ("kwargs", t.get("kwargs")),
                   ("enqueued", when(stored.enqueued_at_ms)),
                   ("started", when(stored.started_at_ms)),
@@ -345,7 +346,7 @@ class ResultAdmin(ServiceAdmin):
                   ("return value", stored.return_value),
                   ("waiting again", "yes" if stored.queued else "no")]
         errors = [(f"attempt error {i}: {e['exception_class_path']}", e["traceback"])
-                  for i, e in enumerate(stored.errors, 1)]
+                  for i, e in enumerate(shown_errors, 1)]
         return {"title": f"{t.get('task')} {ident}", "fields": fields, "tracebacks": errors,
                 "ident": ident,
                 "actions": ["retry", "discard"] if stored.status == "FAILED" else []}
