@@ -24,9 +24,13 @@ class DelayqAdminConfig(AppConfig):
 def target_check(app_configs: Sequence[AppConfig] | None = None,
                  **kwargs: Any) -> list[checks.CheckMessage]:
     """``delayq_admin.E001``: the settings do not say where delayq's tables are (a wrong
-    ``TASKS`` option, ``DELAYQ_DATABASE`` or ``DELAYQ_TABLE``)."""
+    ``DELAYQ_DATABASE`` or ``DELAYQ_TABLE``). A delayq ``TASKS`` backend's options and
+    database are its own checks' to report (``delayq.E001``, ``delayq.E007``): not twice."""
+    from ..apps import delayq_task_aliases
     from ..target import target
 
+    if delayq_task_aliases():
+        return []
     try:
         target().url()
     except ImproperlyConfigured as exc:
