@@ -10,14 +10,21 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from conftest import create_database, drop_database
 
 from delayq_transport import DelayedQueue
-from delayq_transport.core import TaskResults
+from delayq_transport.core import LostAttempt, TaskResults
 
 from .conftest import PROJECT, project_env, sql
+
+#: An attempt begun by hand, as a worker begins one.
+STARTED: dict[str, Any] = {
+    "alive_ms": 10_000,
+    "lost": LostAttempt("x.TaskInterrupted", "attempt %s (worker %s) was lost"),
+}
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +91,7 @@ def test_delayq_health_exit_status_says_what_a_monitor_needs(empty_url: str) -> 
         results = TaskResults(queue, "django:")
         at = int(now.timestamp() * 1000)
         for key in ("f1", "f2"):
-            results.start(key, "{}", None, "w", at)
+            results.start(key, "{}", None, "w", at, **STARTED)
             results.finish(key, "FAILED", at, finished=True,
                            error={"exception_class_path": "x.E", "traceback": "E"})
     late = manage(empty_url, "delayq_health", "--max-due-age", "10", "--json")
@@ -112,10 +119,10 @@ def test_delayq_prune_deletes_results_past_the_retention(empty_url: str) -> None
         results = TaskResults(queue, "django:")
         now = int(queue.now().timestamp() * 1000)
         for key, age_h in (("week-old", 24 * 8), ("day-old", 25), ("fresh", 0)):
-            results.start(key, "{}", None, "w", now - age_h * 3_600_000)
+            results.start(key, "{}", None, "w", now - age_h * 3_600_000, **STARTED)
             results.finish(key, "SUCCESSFUL", now - age_h * 3_600_000, finished=True,
                            return_json="1")
-        results.start("running", "{}", None, "w", now - 24 * 9 * 3_600_000)
+        results.start("running", "{}", None, "w", now - 24 * 9 * 3_600_000, **STARTED)
 
     def kept() -> set[str]:
         return {r[0] for r in sql(empty_url, "SELECT id FROM delayq_task_results")}
