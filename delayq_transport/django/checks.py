@@ -160,9 +160,9 @@ def _check_schema(backend: CheckedBackend, where: str) -> Iterator[checks.CheckM
         require_schema(backend.database_handle(), backend.table)
     except SchemaMissing as exc:
         yield checks.Warning(
-            f"{where}: {exc}", hint=f"run `delayq --table {backend.table} migrate` against "
-            f"DATABASES[{backend.database!r}] (or start `manage.py delayq_worker`, which "
-            "creates the tables): enqueue fails until then", id="delayq.W002")
+            f"{where}: {exc}", hint="run `manage.py delayq_migrate` (or start "
+            "`manage.py delayq_worker`, which creates the tables): enqueue fails until then",
+            id="delayq.W002")
     except (DatabaseUnavailable, DelayqError) as exc:
         yield checks.Warning(f"{where}: cannot check delayq's table in DATABASES"
                              f"[{backend.database!r}]: {exc}", id="delayq.W003")

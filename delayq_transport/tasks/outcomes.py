@@ -134,3 +134,17 @@ class ResultBackend:
                        HIDDEN if hidden else _jsonable(result), meta.get("traceback"),
                        None if done is None else str(done), meta.get("retries"),
                        meta.get("name"))
+
+
+def finished_outcome(queue: DelayedQueue, task_id: str, backend_url: str | None = None,
+                     hide_results: bool = False) -> Outcome | None:
+    """The outcome of a task no longer in the queue: delayq's own result (django.tasks), else
+    the Celery result backend's at ``backend_url`` (read only); None when neither knows it (a
+    result backend cannot tell an unknown id from a pending one: PENDING is None here)."""
+    if not task_id or task_id.lstrip("#").isdigit():
+        return None  # a row id: rows have no outcome once gone
+    own = task_result_outcome(queue, task_id, hide_results=hide_results)
+    if own is not None or not backend_url:
+        return own
+    found = ResultBackend(backend_url, hide_results=hide_results).outcome(task_id)
+    return None if found.state == "PENDING" and found.error is None else found

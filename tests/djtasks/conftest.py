@@ -108,8 +108,10 @@ def _fresh(request: pytest.FixtureRequest) -> Iterator[None]:
     from django.db import connections
 
     from delayq_transport.django.backend import close_stores
+    from delayq_transport.django.target import close_queues
 
     close_stores()
+    close_queues()
     connections.close_all()
 
 

@@ -28,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 SOURCES = sorted(p for root in ("delayq_transport", "delayq_beat")
                  for p in (ROOT / root).rglob("*.py"))
+#: Modules that load only inside a Django project that installs them (Django models): they
+#: define no exception.
+APP_ONLY = ("delayq_transport/django/admin/",)
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.MULTILINE | re.DOTALL)
 #: A name in inline code, optionally with its module: ``X``, ``delayq_transport.spark.X``,
 #: ``kombu.exceptions.X``, or the start of ``X: message``.
@@ -44,7 +47,7 @@ def exception_classes() -> dict[str, type[BaseException]]:
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         names = [n.name for n in ast.walk(ast.parse(path.read_text()))
                  if isinstance(n, ast.ClassDef)]
-        if not names:
+        if not names or str(path.relative_to(ROOT)).startswith(APP_ONLY):
             continue
         try:
             loaded = importlib.import_module(module)

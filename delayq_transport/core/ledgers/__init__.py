@@ -26,7 +26,7 @@ from .runs import (
     run_state,
     validate_run_id,
 )
-from .task_results import Attempt, LostAttempt, StoredResult, TaskResults
+from .task_results import Attempt, LostAttempt, ResultSummary, StoredResult, TaskResults, Walked
 
 __all__ = [
     "Attempt",
@@ -37,11 +37,13 @@ __all__ = [
     "DemoSite",
     "LostAttempt",
     "Recorded",
+    "ResultSummary",
     "RunLog",
     "RunPart",
     "RunState",
     "StoredResult",
     "TaskResults",
+    "Walked",
     "add_fingerprints",
     "demo_tables",
     "forget_run",

@@ -173,6 +173,90 @@ WHERE ctid = ANY(ARRAY(
     LIMIT %(limit)s
 ))
 
+-- task_results_failed_index --
+-- Migration 19: the failed results of each queue table, newest first, for the failure lists
+-- (`delayq tasks list --state failed`, the page, the admin) and the health check's count. A
+-- partial index: a successful task never enters it, so the workers' writes per task are the
+-- same as before; a failed one adds one entry.
+CREATE INDEX IF NOT EXISTS "delayq_task_results__failed"
+ON "delayq_task_results" ("tableName", "finishedAt")
+WHERE "status" = 'FAILED'
+
+-- task_results_walk --
+-- Finished results (SUCCESSFUL or FAILED), newest first after the keyset cursor (finishedAt,
+-- id), at most `limit`, from the (tableName, finishedAt) index read backwards; with what a
+-- list filters on (status, queue, task) and nothing heavy: the caller filters and then reads
+-- the page's rows (task_results_by_ids). `lo` bounds how far back.
+SELECT r."id", r."finishedAt", r."status", r."task"->>'queue', r."task"->>'task'
+FROM "delayq_task_results" AS r
+WHERE r."tableName" = %(table_name)s
+  AND r."finishedAt" >= %(lo)s::bigint AND r."finishedAt" <= %(before_at)s::bigint
+  AND (r."finishedAt", r."id") < (%(before_at)s::bigint, %(before_id)s::text)
+ORDER BY r."finishedAt" DESC, r."id" DESC
+LIMIT %(limit)s
+
+-- task_results_walk_failed --
+-- task_results_walk for FAILED results only, from the partial index of migration 19: the
+-- failures of a table whose results are mostly successes cost what the failures do.
+SELECT r."id", r."finishedAt", r."status", r."task"->>'queue', r."task"->>'task'
+FROM "delayq_task_results" AS r
+WHERE r."tableName" = %(table_name)s AND r."status" = 'FAILED'
+  AND r."finishedAt" >= %(lo)s::bigint AND r."finishedAt" <= %(before_at)s::bigint
+  AND (r."finishedAt", r."id") < (%(before_at)s::bigint, %(before_id)s::text)
+ORDER BY r."finishedAt" DESC, r."id" DESC
+LIMIT %(limit)s
+
+-- task_results_by_ids --
+-- Results by id (a page of a list, the retrying check of a listing's django.tasks rows), with
+-- the last error only, the attempts, and the task's queue row if it still has one (waiting for
+-- its retry, or leased), found by the (pKey, pKind) index.
+SELECT r."id", r."task", r."status", r."enqueuedAt", r."startedAt", r."lastAttemptedAt",
+       r."finishedAt", r."updatedAt", r."errors"->-1, jsonb_array_length(r."errors"),
+       jsonb_array_length(r."workerIds"), q."id", q."scheduledAt", q."lockUuid"
+FROM "delayq_task_results" AS r
+LEFT JOIN LATERAL (
+    SELECT "id", "scheduledAt", "lockUuid" FROM {table}
+    WHERE "pKey" = r."id" AND starts_with("pKind", %(prefix)s)
+    LIMIT 1
+) AS q ON true
+WHERE r."tableName" = %(table_name)s AND r."id" = ANY(%(ids)s::text[])
+
+-- task_results_reopen --
+-- Retry a failed task (core/ledgers/task_results.py): its result READY again, unfinished, its
+-- errors and workers kept, in the transaction that offers its row anew (the caller rolls back
+-- when the row cannot be offered). No row back: it is not FAILED (retried or discarded
+-- meanwhile, pruned, or never failed).
+UPDATE "delayq_task_results"
+SET "status" = 'READY', "finishedAt" = NULL, "updatedAt" = %(at)s::bigint
+WHERE "tableName" = %(table_name)s AND "id" = %(id)s AND "status" = 'FAILED'
+RETURNING "task"
+
+-- task_results_discard --
+-- Forget a task that failed or waits for a retry: its waiting row (if any, and not held by a
+-- worker) and its result, unless the result is SUCCESSFUL or a worker runs it (RUNNING). One
+-- statement: the counts say what went.
+WITH q AS (
+    DELETE FROM {table}
+    WHERE "pKey" = %(id)s AND starts_with("pKind", %(prefix)s) AND "lockUuid" IS NULL
+    RETURNING "pKey"
+), r AS (
+    DELETE FROM "delayq_task_results"
+    WHERE "tableName" = %(table_name)s AND "id" = %(id)s
+      AND ("status" = 'FAILED' OR ("status" = 'READY' AND "id" IN (SELECT "pKey" FROM q)))
+    RETURNING "id"
+)
+SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM r)
+
+-- task_results_failed_since --
+-- Failed results of a table that finished at or after `since`, counted up to `cap` (the health
+-- check): the partial index of migration 19.
+SELECT count(*) FROM (
+    SELECT 1 FROM "delayq_task_results"
+    WHERE "tableName" = %(table_name)s AND "status" = 'FAILED'
+      AND "finishedAt" >= %(since)s::bigint
+    LIMIT %(cap)s
+) AS x
+
 -- task_kinds --
 -- The kinds that hold rows and start with `prefix`, by a loose index scan of the (pKind,
 -- scheduledAt) index: one descent per distinct kind of the table, whatever the rows per kind.

@@ -22,6 +22,7 @@ from .migrations import (
     current_version,
     ensure_schema,
     migrate,
+    missing_migrations,
     require_schema,
     set_unlogged,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "ensure_schema",
     "grants_for",
     "migrate",
+    "missing_migrations",
     "plan_uninstall",
     "require_schema",
     "set_unlogged",

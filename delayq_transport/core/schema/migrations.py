@@ -122,6 +122,7 @@ LOCK_BLOCKS = {
     "none": "nothing",
     "ROW EXCLUSIVE": "nothing delayq runs (only DDL that takes SHARE or stronger)",
     "SHARE UPDATE EXCLUSIVE": "no reads or writes; VACUUM, ANALYZE and other schema changes wait",
+    "SHARE": "writes (inserts, updates, deletes); reads go on",
     "SHARE ROW EXCLUSIVE": "publishes, polls, acks and lease updates; reads go on",
     "ACCESS EXCLUSIVE": "everything on the table, reads included",
 }
