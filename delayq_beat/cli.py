@@ -3,8 +3,9 @@
 Loaded by ``delayq_transport.cli`` when ``delayq beat`` runs, when the commands are listed,
 and by ``delayq status`` when the table has beat entries (``LAZY_COMMANDS``,
 ``STATUS_PLUGIN_MODULES``); the beat tables themselves are the core's migration 10. ``delayq
-beat list`` also shows the ledgers other front ends registered with the scheduling engine
-(:data:`~delayq_transport.scheduling.listing.LEDGERS`: Dramatiq's periodic actors).
+beat list`` also shows the ledgers of other front ends' periodic entries
+(:func:`~delayq_transport.tasks.beat.periodic_ledgers`: Dramatiq's periodic actors,
+django.tasks' periodic tasks).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from delayq_transport.formats.celery import queue_of_kind
 from delayq_transport.output import emit, json_option
 from delayq_transport.scheduling.djbeat import listing_fields
 from delayq_transport.scheduling.entries import instant
-from delayq_transport.scheduling.listing import LEDGERS, ListedEntry, list_entries
+from delayq_transport.scheduling.listing import ListedEntry, list_entries
 from delayq_transport.scheduling.schedules import Clocked, Solar, parse_crontab
 from delayq_transport.scheduling.store import EntryStore
+from delayq_transport.tasks.beat import periodic_ledgers, with_task
 
 from .import_cmd import import_command
 from .source_changes import ADVICE, Change, marks
@@ -107,10 +109,10 @@ def list_cmd(obj: Context, shown: int, as_json: bool) -> None:
     with queue:
         changed = marks(queue.db, store)
         listings = {"beat entries": _listed(queue, store, shown)}
-        for namespace, title in LEDGERS.items():
+        for namespace, title in periodic_ledgers().items():
             other = EntryStore(queue.db, obj.table, namespace=namespace, ensure_schema=False)
             if other.installed():
-                listings[title] = _listed(queue, other, shown)
+                listings[title] = [with_task(e) for e in _listed(queue, other, shown)]
     if as_json:
         emit({"entries": [dict(entry_document(e), source_changed=str(changed[e.name])
                                if e.name in changed else None)

@@ -24,7 +24,8 @@ BEAT_SETTINGS = Options(
            "seconds or timedelta",
            "How often entries are re-read and their coming occurrences installed."),
     Option("delayq_beat_horizon", _DEFAULTS.horizon.total_seconds(), "seconds or timedelta",
-           "How far ahead occurrences are installed: at least two refresh intervals, and each "
+           "How far ahead occurrences are installed: at least five refresh intervals (a handover "
+           "between two configurations leaves no hole), and each "
            "entry always gets at least `delayq_beat_min_occurrences`."),
     Option("delayq_beat_min_occurrences", _DEFAULTS.min_occurrences, "int",
            "Occurrences installed per entry at least (a daily crontab is installed 3 days "

@@ -166,9 +166,13 @@ class Scheduler(beat.Scheduler):
         return report
 
     def close(self) -> None:
+        """Retire this beat (the configuration in force need not wait for its heartbeat to
+        lapse: a rollback hands over at once), then close its pool."""
         try:
             super().close()
         finally:
+            if self._installer is not None and self._queue is not None:
+                self._installer.retire()
             if self._queue is not None:
                 self._queue.close()
                 self._queue = None

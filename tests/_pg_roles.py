@@ -48,3 +48,19 @@ def roles(database_url: str, *profiles: str) -> Iterator[dict[str, str]]:
                               "WHERE usename = %s", (name,))
                 admin.execute(f'DROP OWNED BY "{name}"')
                 admin.execute(f'DROP ROLE "{name}"')
+
+
+@contextmanager
+def bare_role(database_url: str, prefix: str = "dq51") -> Iterator[str]:
+    """A LOGIN role granted nothing (PostgreSQL 15: not even CREATE on public), dropped after."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{name}" LOGIN')
+    try:
+        yield name
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE usename = %s", (name,))
+            admin.execute(f'DROP OWNED BY "{name}"')
+            admin.execute(f'DROP ROLE "{name}"')

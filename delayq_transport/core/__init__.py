@@ -37,7 +37,7 @@ from .db import (
     validate_table_name,
 )
 from .integrations import CronHandle, CronMessage, CronService, DailySchedule, config_hash
-from .ledgers import StoredResult, TaskResults
+from .ledgers import LostAttempt, StoredResult, TaskResults
 from .queue import (
     DelayedQueue,
     Envelope,
@@ -69,6 +69,7 @@ __all__ = [
     "KindStatus",
     "ListenUndeliverable",
     "Listener",
+    "LostAttempt",
     "Offer",
     "OfferOutcome",
     "PermissionDenied",

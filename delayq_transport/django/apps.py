@@ -16,16 +16,15 @@ loads it: Django 6 registers the task backends' system checks (``delayq.E001``..
 ``django.tasks`` is first imported, and nothing in Django imports it, so ``manage.py check``
 would skip them in a project whose apps import no task module as they load. The
 django-tasks backport registers them from its own app, ``django_tasks``: the app's check
-:func:`task_framework_check` says when that app is missing (``delayq.W008``), or when there is
-no framework at all (``delayq.E006``).
+:func:`~.checks.task_framework_check` says when that app is missing (``delayq.W008``), or when
+there is no framework at all (``delayq.E006``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from django.apps import AppConfig, apps
+from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -33,6 +32,7 @@ from django.db import connections
 
 from ..core.queue import Joined, set_implicit
 from . import FrameworkMissing
+from .checks import delayq_task_aliases, task_framework_check
 
 
 class DelayqConfig(AppConfig):
@@ -74,30 +74,3 @@ def atomic_transaction(alias: str) -> Any:
         return Joined(connection, hint) if connection.in_atomic_block else None
 
     return joined
-
-
-def delayq_task_aliases() -> list[str]:
-    """The ``TASKS`` aliases whose backend is delayq's."""
-    tasks = getattr(settings, "TASKS", None) or {}
-    return sorted(alias for alias, entry in tasks.items()
-                  if str(entry.get("BACKEND", "")).startswith("delayq_transport.django."))
-
-
-def task_framework_check(app_configs: Sequence[AppConfig] | None = None,
-                         **kwargs: Any) -> list[checks.CheckMessage]:
-    """``delayq.E006``/``W008`` (the module docstring). Imports the framework only when
-    ``TASKS`` names delayq's backend: a Celery project on Django 5.2 needs neither."""
-    aliases = delayq_task_aliases()
-    if not aliases:
-        return []
-    where = ", ".join(f"TASKS[{alias!r}]" for alias in aliases)
-    try:
-        from ._framework import BACKPORT
-    except FrameworkMissing as exc:
-        return [checks.Error(f"{where}: {exc}", id="delayq.E006")]
-    if BACKPORT and not apps.is_installed("django_tasks"):
-        return [checks.Warning(
-            f"{where}: the django-tasks backport runs the task backends' checks only with its "
-            "app installed: delayq's (its database, queues, periodic tasks) do not run",
-            hint="add 'django_tasks' to INSTALLED_APPS", id="delayq.W008")]
-    return []

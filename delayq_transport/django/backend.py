@@ -12,17 +12,20 @@ Django: Celery's Django fixup imports every app's ``tasks`` module).
   ``DELAYQ_JOIN_ATOMIC`` does for Celery): a worker sees it once the block commits, never if it
   rolls back. Outside ``atomic()`` it commits at once. On by default (``JOIN_ATOMIC``).
 * **results** (core/task_results.py): a worker records each attempt (RUNNING, then SUCCESSFUL,
-  FAILED, or READY again while a retry waits) in ``delayq_task_results``; ``get_result`` reads
-  that row and the task's queue row in one statement, from any process. Results that finished
-  longer ago than ``RESULT_RETENTION`` are pruned by the workers.
+  FAILED, or READY again while a retry waits or after it was interrupted) in
+  ``delayq_task_results``; ``get_result`` reads that row and the task's queue row in one
+  statement, from any process, and shows a RUNNING result that nothing runs any more as READY
+  with the interruption in ``errors`` (:mod:`.attempts`). Results that finished longer ago
+  than ``RESULT_RETENTION`` are pruned by the workers.
 * **priority** −100..100: one kind per (queue, priority); a worker polls all its kinds in one
   statement, highest priority first across its queues.
 
 OPTIONS (all optional) are declared once, in :data:`.options.TASK_OPTIONS`, and read through
-it: an unknown name or a value of the wrong type or range raises ``ImproperlyConfigured``
-naming the option, the value and what it expects, when the backend is made (before any
-enqueue), never converted. Their reference, rendered from that registry:
-docs/reference/django-tasks-options.md.
+it, never converted: an unknown name or a value of the wrong type or range is a system check
+error (``delayq.E007``, :mod:`.checks`), and enqueue, get_result and a worker raise
+``ImproperlyConfigured`` naming the option, the value and what it expects. So does a
+``DATABASE`` that is not a PostgreSQL alias of ``DATABASES``. Their reference, rendered from
+that registry: docs/reference/django-tasks-options.md.
 
 Needs Django 6 (``django.tasks``, Python >= 3.12) or, on Django 4.2 to 5.2, the
 ``django-tasks`` backport (``django_tasks``): :mod:`._framework` picks the one this project has
@@ -50,18 +53,19 @@ from django.utils.module_loading import import_string
 
 from ..core import (
     Database,
-    DatabaseUnavailable,
     DelayedQueue,
-    DelayqError,
-    InvalidInput,
-    SchemaMissing,
     StoredResult,
     TaskResults,
     detached,
-    require_schema,
     transaction,
 )
-from ..formats.django_tasks import KIND_PREFIX, MIN_PRIORITY, kind_of, kinds_for
+from ..formats.django_tasks import (
+    KIND_PREFIX,
+    MAX_QUEUE_NAME,
+    kind_of,
+    kinds_for,
+    result_truth,
+)
 from . import database_url
 from ._framework import (
     BaseTaskBackend,
@@ -74,14 +78,12 @@ from ._framework import (
     task_backends,
     task_enqueued,
 )
+from .checks import backend_checks, database_error
 from .options import TASK_OPTIONS
 
 __all__ = ["KIND_PREFIX", "DelayqBackend", "kind_of", "kinds_for", "retry", "task_backends"]
 
 log = logging.getLogger(__name__)
-
-#: A kind is at most 100 characters: the queue name's share.
-MAX_QUEUE_NAME = 100 - len(KIND_PREFIX) - len(f":{MIN_PRIORITY}")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -252,9 +254,11 @@ def errors_of(stored: list[dict[str, str]]) -> list[TaskError]:
 
 
 def result_of(key: str, stored: StoredResult) -> TaskResult:
-    """A ``TaskResult`` from what the database holds about a task."""
+    """A ``TaskResult`` from what the database holds about a task: READY with the
+    interruption in ``errors`` while nothing runs a RUNNING one (``result_truth``)."""
     data = stored.task
-    status = TaskResultStatus(stored.status) if stored.status else TaskResultStatus.READY
+    shown, errors = result_truth(stored)
+    status = TaskResultStatus(shown) if shown else TaskResultStatus.READY
     result = TaskResult(
         task=task_of(data), id=key, status=status,
         enqueued_at=from_ms(data.get("enqueued_at") if stored.enqueued_at_ms is None
@@ -263,7 +267,7 @@ def result_of(key: str, stored: StoredResult) -> TaskResult:
         finished_at=from_ms(stored.finished_at_ms),
         last_attempted_at=from_ms(stored.last_attempted_at_ms),
         args=data["args"], kwargs=data["kwargs"], backend=data["backend"],
-        errors=errors_of(stored.errors), worker_ids=list(stored.worker_ids),
+        errors=errors_of(errors), worker_ids=list(stored.worker_ids),
     )
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", stored.return_value)
@@ -282,12 +286,16 @@ class DelayqBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        try:
-            options = TASK_OPTIONS.parse(self.options, f"TASKS[{alias!r}] OPTIONS")
-        except InvalidInput as exc:
-            # At construction, not only in a system check: production processes (gunicorn,
-            # a worker) run no checks, and a backend must not enqueue with a guessed setting.
-            raise ImproperlyConfigured(str(exc)) from None
+        where = f"TASKS[{alias!r}] OPTIONS"
+        #: What OPTIONS holds that is refused (an unknown name, a value of the wrong type or
+        #: range), one sentence each; [] when nothing is. A refused backend is still made:
+        #: Django makes every backend to ask for its checks, which report these
+        #: (``delayq.E007``) rather than a traceback. It does nothing with a guessed setting:
+        #: enqueue, get_result and a worker raise ImproperlyConfigured (:meth:`usable`), since
+        #: production processes (gunicorn, a worker) run no checks.
+        self.option_problems: list[str] = TASK_OPTIONS.problems(self.options, where)
+        # Refused: the defaults, only so that the attributes exist; nothing runs on them.
+        options = TASK_OPTIONS.parse({} if self.option_problems else self.options, where)
         self.database: str = options["DATABASE"]
         self.table: str = options["TABLE"]
         self.join_atomic: bool = options["JOIN_ATOMIC"]
@@ -311,7 +319,17 @@ class DelayqBackend(BaseTaskBackend):
 
     # -- the store -------------------------------------------------------------------------
 
+    def usable(self) -> None:
+        """Raise ImproperlyConfigured when OPTIONS were refused or ``DATABASE`` is not a
+        PostgreSQL alias of ``DATABASES`` (what ``delayq.E007``/``E001``/``E002`` report)."""
+        if self.option_problems:
+            raise ImproperlyConfigured("; ".join(self.option_problems))
+        error = database_error(f"TASKS[{self.alias!r}]", self.database)
+        if error is not None:
+            raise ImproperlyConfigured(f"{error.msg}; {error.hint}")
+
     def url(self) -> str:
+        self.usable()
         return database_url(self.database)
 
     def store(self) -> Store:
@@ -330,6 +348,7 @@ class DelayqBackend(BaseTaskBackend):
                               f"{MAX_QUEUE_NAME} characters")
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.usable()
         self.validate_task(task)
         result = TaskResult(
             task=task, id=str(uuid.uuid4()), status=TaskResultStatus.READY,
@@ -372,106 +391,12 @@ class DelayqBackend(BaseTaskBackend):
         base = self.backoff if own is None else float(own)
         return min(base * 2 ** max(attempts - 1, 0), self.max_backoff)
 
-    # -- checks ----------------------------------------------------------------------------
+    # -- checks (delayq_transport/django/checks.py) ------------------------------------------
 
     def check(self, **kwargs: Any) -> Iterator[checks.CheckMessage]:
         yield from super().check(**kwargs)
-        where = f"TASKS[{self.alias!r}]"
-        databases = settings.DATABASES
-        if self.database not in databases:
-            yield checks.Error(
-                f"{where}: OPTIONS DATABASE = {self.database!r} is not in DATABASES (have: "
-                f"{', '.join(sorted(databases)) or 'none'})",
-                hint="name the DATABASES alias whose database holds delayq's table",
-                id="delayq.E001")
-            return
-        engine = str(databases[self.database].get("ENGINE", ""))
-        if "postgresql" not in engine and "postgis" not in engine:
-            yield checks.Error(
-                f"{where}: DATABASES[{self.database!r}] uses {engine or 'no ENGINE'}; delayq "
-                "keeps tasks in PostgreSQL", hint="point OPTIONS DATABASE at a PostgreSQL "
-                "alias (django.db.backends.postgresql)", id="delayq.E002")
-            return
-        joined = getattr(settings, "DELAYQ_DATABASE", "default")
-        if getattr(settings, "DELAYQ_JOIN_ATOMIC", False) and joined != self.database:
-            yield checks.Error(
-                f"{where}: DELAYQ_JOIN_ATOMIC joins the atomic() blocks of {joined!r} "
-                f"(DELAYQ_DATABASE) but this backend's table is in {self.database!r}: a task "
-                "enqueued in such a block would be refused (another database)",
-                hint="set DELAYQ_DATABASE to the backend's DATABASE, or turn "
-                "DELAYQ_JOIN_ATOMIC off (the backend joins its own database's atomic())",
-                id="delayq.E003")
-        for name in sorted(self.queues):
-            if len(name) > MAX_QUEUE_NAME:
-                yield checks.Error(f"{where}: queue name {name[:40]!r}... is longer than "
-                                   f"{MAX_QUEUE_NAME} characters", id="delayq.E004")
-        if "delayq_transport.django" not in settings.INSTALLED_APPS:
-            yield checks.Warning(
-                f"{where}: 'delayq_transport.django' is not in INSTALLED_APPS, so "
-                "`manage.py delayq_worker` is not available",
-                hint="add 'delayq_transport.django' to INSTALLED_APPS", id="delayq.W001")
-        if self.periodic:
-            from .periodic import entry_specs
+        yield from backend_checks(self)
 
-            for name, spec in entry_specs(self.periodic).items():
-                if isinstance(spec, Exception):
-                    yield checks.Error(f"{where}: OPTIONS PERIODIC {name!r}: {spec}",
-                                       id="delayq.E005")
-        yield from self._check_schema(where)
-        yield from self._check_admin(where)
-
-    def _check_admin(self, where: str) -> Iterator[checks.CheckMessage]:
-        """Admin mode: the source option, and django-celery-beat's rows as a worker would
-        install them. Warnings only: rows are data an admin edits, and ``migrate`` (which runs
-        the checks) must not be stopped by one."""
-        source = self.periodic_source  # one of PERIODIC_SOURCES: checked when made
-        if source == "settings":
-            return
-        if source == "admin" and self.periodic:
-            yield checks.Warning(
-                f"{where}: OPTIONS PERIODIC is not installed with PERIODIC_SOURCE 'admin'",
-                hint="set PERIODIC_SOURCE to 'both' to install both, or remove PERIODIC",
-                id="delayq.W004")
-        yield from self._check_admin_rows(where)
-
-    def _check_admin_rows(self, where: str) -> Iterator[checks.CheckMessage]:
-        from ..scheduling.djbeat import DjangoBeatSource
-        from .periodic_admin import classify
-
-        try:
-            db = self.store().db
-            source = DjangoBeatSource(db, self.table)
-            if not source.tables.present():
-                yield checks.Warning(
-                    f"{where}: PERIODIC_SOURCE {self.periodic_source!r} reads "
-                    "django-celery-beat's tables, which are not in DATABASES"
-                    f"[{self.database!r}]", hint="add 'django_celery_beat' to INSTALLED_APPS "
-                    "and run `manage.py migrate`", id="delayq.W005")
-                return
-            ours, skipped = classify(source, self.alias)
-        except (DatabaseUnavailable, DelayqError) as exc:
-            yield checks.Warning(f"{where}: cannot read django-celery-beat's tables in "
-                                 f"DATABASES[{self.database!r}]: {exc}", id="delayq.W005")
-            return
-        for _, row in sorted(skipped.items()):
-            if not row.foreign:
-                yield checks.Warning(f"{where}: {row}", id="delayq.W006")
-        for name, spec in sorted(ours.items()):
-            if isinstance(spec, Exception):
-                yield checks.Warning(f"{where}: django-celery-beat periodic task {name!r} is "
-                                     f"not installed: {spec}", id="delayq.W007")
-
-    def _check_schema(self, where: str) -> Iterator[checks.CheckMessage]:
-        """The table, read-only. A warning, not an error: ``manage.py migrate`` runs the checks
-        first, and delayq's tables are made by ``delayq migrate`` or the worker, not by it."""
-        try:
-            require_schema(self.store().db, self.table)
-        except SchemaMissing as exc:
-            yield checks.Warning(
-                f"{where}: {exc}", hint=f"run `delayq --table {self.table} migrate` against "
-                f"DATABASES[{self.database!r}] (or start `manage.py delayq_worker`, which "
-                "creates the tables): enqueue fails until then", id="delayq.W002")
-        except (DatabaseUnavailable, DelayqError) as exc:
-            yield checks.Warning(f"{where}: cannot check delayq's table in DATABASES"
-                                 f"[{self.database!r}]: {exc}", id="delayq.W003")
-
+    def database_handle(self) -> Database:
+        """The process' pool on the backend's database (what the checks read through)."""
+        return self.store().db

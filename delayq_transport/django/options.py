@@ -57,7 +57,8 @@ TASK_OPTIONS = Options(
            "The longest wait between two attempts, whatever the doubling reaches."),
     option("LEASE", 60.0, seconds(positive=True),
            "How long a running task's row is held between the worker's extensions (every "
-           "third of it): a killed worker's task runs again this long after it died."),
+           "third of it): a killed worker's task runs again this long after it died (its "
+           "result reads interrupted within a quarter of it, at most 10 s)."),
     option("RESULT_RETENTION", DEFAULT_RESULT_RETENTION_S,
            optional(seconds(), "kept forever"),
            "How long a finished task's result stays readable (`get_result`); the workers "

@@ -22,8 +22,9 @@ Every worker process refreshes the entries every minute (``manage.py delayq_work
 --no-scheduler`` turns it off), installing an hour of occurrences ahead: any number of workers
 install each occurrence once (its row key is ``<entry>/<config hash>/<epoch ms>``, which is
 also its result id), installed occurrences run while no worker schedules, a changed entry's
-future occurrences are replaced and a removed entry's deleted. A worker drops a misfired
-occurrence by its entry's policy before running it.
+future occurrences are replaced and a removed entry's deleted; workers of two releases (a
+rolling deploy) agree on the newest configuration (:mod:`..scheduling.authority`). A worker
+drops a misfired occurrence by its entry's policy before running it.
 
 ``OPTIONS["PERIODIC_SOURCE"]`` (``settings``, the default; ``admin``; ``both``) adds, or puts in
 their place, django-celery-beat's rows of this backend's tasks, edited in the Django admin
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, timedelta
@@ -44,11 +44,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.utils.module_loading import import_string
 
 from ..core import Database, DelayedQueue, Envelope, InvalidInput
-from ..formats.django_tasks import kind_of
-from ..scheduling.djbeat import record_runs
+from ..formats.django_tasks import PERIODIC_NAMESPACE, kind_of
 from ..scheduling.entries import EntrySpec, make_spec
 from ..scheduling.installer import Installer
-from ..scheduling.misfire import misfired
+from ..scheduling.misfire import dropped
 from ..scheduling.plans import Occurrence, RefreshReport, Settings
 from ..scheduling.refresher import RefreshThread
 from ..scheduling.schedules import parse_crontab
@@ -60,7 +59,7 @@ log = logging.getLogger(__name__)
 
 #: The ledger namespace of these entries (``<table>#django``): Celery beat's and Dramatiq's
 #: installers never remove them, nor these theirs.
-NAMESPACE = "django"
+NAMESPACE = PERIODIC_NAMESPACE
 #: The payload field carrying an occurrence's header (what the misfire check reads).
 PERIODIC_FIELD = "delayq_periodic"
 _PERIODIC_MARK = f'"{PERIODIC_FIELD}"'.encode()
@@ -180,29 +179,22 @@ class Scheduler:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop refreshing and retire this scheduler (its heartbeat lapses now)."""
         self._refresher.stop(timeout)
+        self.installer.retire()
 
 
 def misfired_occurrences(queue: DelayedQueue) -> Callable[[list[Envelope]], list[Envelope]]:
-    """The session's misfire predicate: occurrences that misfired while no worker ran follow
-    their entry's policy (read from the header in their payload)."""
+    """The session's misfire predicate: the scheduling engine's, for periodic occurrences."""
+    return lambda envs: dropped(queue, envs, _periodic_header)
 
-    def dropped(envs: list[Envelope]) -> list[Envelope]:
-        out = []
-        delivered: list[tuple[str, object]] = []
-        for env in envs:
-            if _PERIODIC_MARK not in env.payload:
-                continue
-            try:
-                info = json.loads(env.payload).get(PERIODIC_FIELD)
-            except (ValueError, AttributeError):
-                continue  # moved aside when handed over
-            if misfired(queue, env.kind, info, int(time.time() * 1000)):
-                out.append(env)
-            else:
-                delivered.append((env.key, info))
-        if delivered:  # rows of django-celery-beat: their run history, as its beat writes it
-            record_runs(queue, delivered)
-        return out
 
-    return dropped
+def _periodic_header(payload: bytes) -> object:
+    """An occurrence's header in its payload (None: not one, or not JSON: moved aside when
+    handed over)."""
+    if _PERIODIC_MARK not in payload:
+        return None
+    try:
+        return json.loads(payload).get(PERIODIC_FIELD)
+    except (ValueError, AttributeError):
+        return None

@@ -14,13 +14,16 @@ deletes acks in batches and runs the results' pruning; the worker decodes, recor
 * failure without: FAILED written, then acked; ``task_finished`` is sent for final outcomes;
 * a crash (the process killed): the row's lease lapses, another worker takes it and runs it
   again (at least once); a row whose outcome was written before the crash is only acked.
+  Meanwhile its result reads READY, interrupted (:mod:`.attempts`: each running attempt's
+  liveness is touched in the database), and the next claim records the interrupted attempt.
 
 Async tasks (``async def``) run on one event loop per process, on a thread of its own; the
 thread that took the task waits for it, so ``threads`` bounds sync and async tasks alike.
 
 Graceful shutdown (SIGTERM, SIGINT): no more polls; rows taken but not started are given back
 at once; running tasks get ``shutdown_timeout`` seconds to finish; what still runs then is given
-back (it runs again elsewhere) and the process exits.
+back (it runs again elsewhere; its result reads READY with the interruption recorded,
+:mod:`.attempts`) and the process exits.
 
 ``processes`` > 1: a parent starts that many worker processes (spawned, each a whole
 :class:`Worker`), starts another when one dies, and passes SIGTERM/SIGINT on.
@@ -68,6 +71,7 @@ from ._framework import (
     task_finished,
     task_started,
 )
+from .attempts import Attempts
 from .backend import (
     DelayqBackend,
     errors_of,
@@ -213,10 +217,13 @@ class Worker:
             self.db.close()
             raise
         self.results = TaskResults(self.queue, KIND_PREFIX)
+        #: The attempts running here, as their results show them (touched while they run).
+        self.attempts = Attempts(self.results, self.worker_id, backend.lease, now_ms)
         self.kinds = kinds_for(self.queue_names)
         #: The kinds polled: those holding rows (a scan now and then, and wake-ups).
         self.live = LiveKinds(self.kinds, self.results.kinds)
-        jobs: list[tuple[float, Callable[[], object]]] = [(RESCAN_S, self.live.rescan)]
+        jobs: list[tuple[float, Callable[[], object]]] = [
+            (RESCAN_S, self.live.rescan), (self.attempts.touch_interval_s, self.attempts.touch)]
         if backend.result_retention is not None:
             jobs.append((PRUNE_INTERVAL_S, self.prune))
         self.session = Session(
@@ -310,6 +317,8 @@ class Worker:
         if running:
             log.warning("delayq: %d tasks still running after %.0f s: given back, they run "
                         "again on another worker", running, self.shutdown_timeout)
+            self.attempts.give_back(self.attempts.running(), f"its worker shut down and its "
+                                    f"shutdown timeout ({self.shutdown_timeout:g} s) ran out")
         try:
             self.session.unsubscribe(sub)  # acks flushed, whatever is still held given back
         except (DatabaseUnavailable, DatabaseError) as exc:
@@ -333,12 +342,16 @@ class Worker:
                 log.exception("delayq: task %s could not be settled; it is given back and "
                               "runs again in %.0f s", env.key, SETTLE_RETRY_S)
                 self._give_back(env)
+            finally:
+                self.attempts.end(env.key)
 
     def _give_back(self, env: Envelope) -> None:
         """Due again later; if even that fails, no longer held (so no longer extended): its
         lease ends and another worker takes it."""
         sub = self._sub
         assert sub is not None
+        self.attempts.give_back([env.key], "its outcome could not be written",
+                                SETTLE_RETRY_S)
         try:
             self.session.release(sub, [env], delay=SETTLE_RETRY_S)
         except (DatabaseUnavailable, DatabaseError) as exc:
@@ -358,8 +371,8 @@ class Worker:
                       "%.0f days", env.id, env.kind, exc, DEAD_KIND, DEAD_RETENTION_S / 86400)
             self.session.dead_letter(sub, [env], DEAD_KIND, DEAD_RETENTION_S, [None])
             return
-        attempt = self.results.start(env.key, env.payload.decode(), data.get("enqueued_at"),
-                                     self.worker_id, now_ms())
+        attempt = self.attempts.begin(env.key, env.payload.decode(), data.get("enqueued_at"),
+                                      now_ms())
         if attempt is None:  # its outcome was written before a crash: settled, not re-run
             self.session.ack(sub, [env])
             return

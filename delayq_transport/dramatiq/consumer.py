@@ -20,8 +20,8 @@ from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.errors import DecodeError
 from dramatiq.message import Message
 
-from ..core.queue import Envelope, to_ms
-from ..scheduling.misfire import misfired
+from ..core.queue import Envelope
+from ..scheduling.misfire import dropped
 from .names import EXCEPTION_OPTION, PERIODIC_OPTION, TRACEBACK_OPTION, canonical
 from .ports import BrokerPort
 from .registry import superseded
@@ -167,19 +167,17 @@ def _envelope(message: MessageProxy) -> Envelope:
 
 
 def misfired_periodic(broker: BrokerPort) -> Callable[[list[Envelope]], list[Envelope]]:
-    """The session's misfire predicate: periodic occurrences that misfired while no worker ran
-    follow their entry's policy (the scheduling engine's, or a newer occurrence is past)."""
-    def dropped(envs: list[Envelope]) -> list[Envelope]:
-        out = []
-        for env in envs:
-            if _PERIODIC_MARK not in env.payload:
-                continue
-            try:
-                info = Message.decode(env.payload).options.get(PERIODIC_OPTION)
-            except DecodeError:
-                continue  # dead-lettered when handed over
-            now_ms = to_ms(broker.queue.now())
-            if misfired(broker.queue, env.kind, info, now_ms) or superseded(info, now_ms):
-                out.append(env)
-        return out
-    return dropped
+    """The session's misfire predicate: the scheduling engine's, for periodic occurrences
+    (with :func:`~.registry.superseded` for headers older than ``next_ms``)."""
+    return lambda envs: dropped(broker.queue, envs, _periodic_header, superseded=superseded)
+
+
+def _periodic_header(payload: bytes) -> object:
+    """A periodic occurrence's ``delayq_periodic`` option (None: not one, or not decodable:
+    dead-lettered when handed over)."""
+    if _PERIODIC_MARK not in payload:
+        return None
+    try:
+        return Message.decode(payload).options.get(PERIODIC_OPTION)
+    except DecodeError:
+        return None

@@ -11,10 +11,11 @@ it with the ``beat`` command).
 from __future__ import annotations
 
 from ..core.db import Database
+from ..formats.dramatiq import PERIODIC_NAMESPACE, PERIODIC_TITLE
 from ..scheduling.listing import register_ledger
 from ..scheduling.store import EntryStore
 
-NAMESPACE = "dramatiq"
+NAMESPACE = PERIODIC_NAMESPACE
 #: What the ledger's ``tableName`` ends with.
 LEDGER_SUFFIX = "#" + NAMESPACE
 
@@ -27,4 +28,4 @@ class DramatiqLedger(EntryStore):
         super().__init__(db, table, namespace=NAMESPACE, ensure_schema=ensure_schema)
 
 
-register_ledger(NAMESPACE, "Dramatiq periodic actors")
+register_ledger(NAMESPACE, PERIODIC_TITLE)

@@ -11,7 +11,8 @@ hash>/<epoch ms>``, so any number of schedulers (a thread in every worker proces
 :class:`PeriodicMiddleware`, or separate processes running :class:`PeriodicScheduler`) install
 each occurrence exactly once, and installed occurrences run while every scheduler is down.
 Changing an entry (schedule, zone, args, options) changes its hash and replaces its future
-occurrences; removing it uninstalls them at the next refresh.
+occurrences; removing it uninstalls them at the next refresh. Workers of two releases (a
+rolling deploy) agree on the newest configuration (:mod:`delayq_transport.scheduling.authority`).
 The engine's misfire policy applies (``misfire="coalesce"`` by default, ``"run_all"``,
 ``"skip"``; ``grace`` seconds), also to the occurrences never installed while no scheduler ran
 for longer than the horizon (:mod:`delayq_transport.scheduling.catchup`: ``coalesce`` runs
@@ -158,7 +159,7 @@ class PeriodicScheduler:
     Parameters:
       broker: the ``DelayqBroker`` whose declared actors it installs.
       refresh_interval: seconds between refreshes.
-      horizon: seconds of occurrences installed ahead (at least two refresh intervals).
+      horizon: seconds of occurrences installed ahead (at least five refresh intervals).
       min_occurrences: occurrences installed per entry at least, however long the horizon.
       entries: the entries to install instead of every ``@periodic`` actor of the broker.
     """
@@ -205,8 +206,9 @@ class PeriodicScheduler:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the refresh thread."""
+        """Stop the refresh thread and retire this scheduler (its heartbeat lapses now)."""
         self._refresher.stop(timeout)
+        self.installer.retire()
 
 
 class PeriodicMiddleware(Middleware):

@@ -16,10 +16,15 @@ import json
 from typing import Any
 
 __all__ = ["EXCEPTION_OPTION", "FAILURE_OPTIONS", "MAX_PRIORITY_LEVELS", "NAMESPACE",
-           "PERIODIC_OPTION", "TRACEBACK_OPTION", "canonical", "dead_letter_kind",
-           "decode_dramatiq", "kind_for", "kinds_for", "queue_of_kind"]
+           "PERIODIC_NAMESPACE", "PERIODIC_OPTION", "PERIODIC_TITLE", "TRACEBACK_OPTION",
+           "canonical", "dead_letter_kind", "decode_dramatiq", "kind_for", "kinds_for",
+           "queue_of_kind"]
 
 NAMESPACE = "dramatiq"
+#: The scheduling engine's ledger of periodic actors is ``<table>#dramatiq``
+#: (delayq_transport/dramatiq/ledger.py), listed as this (``delayq beat list``, the page).
+PERIODIC_NAMESPACE = "dramatiq"
+PERIODIC_TITLE = "Dramatiq periodic actors"
 #: Most priority levels a broker accepts: each level is one more index scan per poll.
 MAX_PRIORITY_LEVELS = 10
 #: Options of a periodic occurrence (the scheduling engine's misfire header).

@@ -13,7 +13,10 @@ messages; everything else is here, once:
 * :mod:`.entries`: entries, key prefixes and config hashes;
 * :mod:`.installer` / :mod:`.plans`: the refresh that installs occurrences;
 * :mod:`.catchup`: the outage catch-up of occurrences no scheduler installed;
-* :mod:`.misfire`: misfire policies, swept by the refresh and checked by the worker;
+* :mod:`.misfire`: misfire policies, swept by the refresh and checked by the worker (one
+  predicate for every front end's consumer);
+* :mod:`.authority`: which configuration is in force when schedulers of different ones run at
+  once (a rolling deploy);
 * :mod:`.store`: DB-backed entries and the ledger; :mod:`.listing`: what listings show;
 * :mod:`.refresher`: the refresh loop of the in-process schedulers (django.tasks, Dramatiq).
 
@@ -34,7 +37,7 @@ from .entries import (
     make_spec,
 )
 from .installer import Installer
-from .misfire import HEADER, drop_misfired, misfired
+from .misfire import HEADER, drop_misfired, dropped, misfired
 from .plans import Delivery, Occurrence, Plan, RefreshReport, Settings, occurrence_task_id
 from .refresher import RefreshThread
 from .schedules import Clocked, Crontab, Interval, Schedule, Solar, Window, parse_crontab
@@ -46,7 +49,8 @@ __all__ = [
     "Clocked", "Crontab", "Delivery", "EntrySpec", "EntryStore", "InstalledEntry", "Installer",
     "Interval", "Occurrence", "Plan", "RefreshReport", "RefreshThread", "Schedule", "Settings",
     "Solar",
-    "StoredEntry", "Window", "catch_up_times", "drop_misfired", "entry_hash", "entry_name",
+    "StoredEntry", "Window", "catch_up_times", "drop_misfired", "dropped", "entry_hash",
+    "entry_name",
     "key_prefix", "make_spec", "misfired", "newest_occurrences", "next_after",
     "occurrence_task_id", "occurrences", "parse_crontab",
 ]

@@ -7,13 +7,18 @@ exactly once whoever installs it. What a message looks like and which queue kind
 the front end's business: a :class:`Delivery` (Celery beat's builds Celery task messages,
 Dramatiq's builds Dramatiq messages); the engine hands it each :class:`Occurrence`.
 
-Per refresh, in steady state, the statements are: the database clock, the DB-backed entries,
-the ledger, one multi-row insert per queue kind (only occurrences past the ledger's
-``installedUntil``; the whole horizon on a process's first refresh), the ledger update and the
-misfire sweep. A new entry, or one whose config hash or queue changed, goes through
-``CronService.install_tick``, which also deletes its rows under any other hash; an entry whose
-ledger ends before now (no scheduler ran for longer than the horizon) is caught up
-(:mod:`.catchup`) by one statement that claims the gap.
+Schedulers of different configurations at once (a rolling deploy) agree on the one in force
+(:mod:`.authority`): a refresh starts with the scheduler's heartbeat, and only the schedulers of
+the configuration in force go on; the others install and uninstall nothing.
+
+Per refresh, in steady state, the statements are: the heartbeat (which reads the database
+clock), the DB-backed entries, the ledger, one multi-row insert per queue kind (only
+occurrences past the ledger's ``installedUntil``; the whole horizon on a process's first
+refresh in force), the ledger update and the misfire sweep. A new entry, or one whose config
+hash or queue changed, goes through ``CronService.switch``, which replaces its rows under any
+other configuration from one instant on; an entry whose ledger ends before now (no scheduler
+ran for longer than the horizon) is caught up (:mod:`.catchup`) by one statement that claims
+the gap.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from typing import Any
 
 from ..core import DelayqError, InvalidInput
 from ..core.integrations import CronMessage, CronService
-from ..core.queue import DelayedQueue, Offer, OfferOutcome, to_ms
+from ..core.queue import DelayedQueue, Offer, OfferOutcome, from_ms, to_ms
 from . import bounds, misfire
+from .authority import INVALID, Authority, Lapsed
 from .catchup import GapCatcher
 from .entries import EntrySpec, entry_hash, key_prefix
 from .plans import Delivery, Occurrence, Plan, RefreshReport, Settings
@@ -61,6 +67,7 @@ class Installer:
         #: (entry, hash, kind) this process has fully installed; others are installed in full.
         self._verified: set[tuple[str, str, str]] = set()
         self.gaps = GapCatcher(queue, store, self.settings, delivery)
+        self.authority = Authority(store, self.settings)
 
     @property
     def caught_up(self) -> dict[str, list[datetime]]:
@@ -74,22 +81,69 @@ class Installer:
     # -- the refresh ------------------------------------------------------------------
 
     def refresh(self, config: Mapping[str, EntrySpec | Exception]) -> RefreshReport:
-        """One pass; an entry that fails is logged and skipped, the others are installed."""
+        """One pass; an entry that fails is logged and skipped, the others are installed.
+        Nothing is written unless ``config`` is the configuration in force
+        (:mod:`.authority`)."""
         report = RefreshReport()
-        now = self.queue.now()
+        was_acting = self.authority.acting
+        standing = self.authority.heartbeat(self.shapes(config), self.queue.clock_ms())
+        if not self.authority.acting:
+            report.in_force = False
+            return report
+        if not was_acting:  # what others did meanwhile is not known: offer whole horizons
+            self._verified.clear()
+        try:
+            self._refresh(config, from_ms(standing.now_ms), report)
+        except Lapsed as exc:
+            log.warning("%s", exc)
+            report.in_force = False
+        return report
+
+    def _refresh(self, config: Mapping[str, EntrySpec | Exception], now: datetime,
+                 report: RefreshReport) -> None:
+        """The refresh of the configuration in force; every write is guarded
+        (:meth:`~.authority.Authority.guard`)."""
         specs, broken = self._merge_db_entries(config, report)
         installed = {i.name: i for i in self.store.installed()}
+        # First what is gone, then what changed: an entry the configuration in force removed
+        # stops before the entries it changed switch (however long this refresh takes).
+        self._uninstall([i for name, i in installed.items()
+                         if name not in specs and name not in broken], report)
         plans = self._plans(specs, now, installed, report)
+        self._guard()
         after_gaps, claimed = self.gaps.catch_up(plans, installed, now, report)
         for plan in claimed:  # their horizon is in: offer only what comes later
             self.verified(plan)
         ledger = self._install(plans, after_gaps, report)
+        self._guard()
         self.store.record_installed(ledger)
-        gone = [i for name, i in installed.items() if name not in specs and name not in broken]
-        self._uninstall(gone, report)
+        self._guard()
         report.misfires_dropped = misfire.sweep(self.queue, [
             (p.route.kind, p.prefix, p.hash, p.spec.misfire, p.spec.grace_ms) for p in plans])
-        return report
+
+    def _guard(self) -> None:
+        self.authority.guard(self.queue.clock_ms())
+
+    def retire(self) -> None:
+        """This scheduler stops: its configuration no longer holds authority through it."""
+        self.authority.retire(self.queue.clock_ms())
+
+    def shapes(self, config: Mapping[str, EntrySpec | Exception]) -> dict[str, str]:
+        """Each entry of the front end's configuration as the authority compares it: its
+        config hash and queue kind, or invalid (DB-backed entries are every scheduler's alike,
+        so they are left out). No statement is sent."""
+        return {name: self._shape(spec) for name, spec in config.items()}
+
+    def _shape(self, spec: EntrySpec | Exception) -> str:
+        if not isinstance(spec, EntrySpec):
+            return INVALID
+        try:
+            if self.check_task is not None:
+                self.check_task(spec)
+            kind = self.delivery.route(spec).kind
+            return f"{entry_hash(spec, self.zone_for(spec))}@{kind}{'' if spec.enabled else '-'}"
+        except (DelayqError, ValueError, TypeError, LookupError):
+            return INVALID
 
     def _merge_db_entries(
         self, config: Mapping[str, EntrySpec | Exception], report: RefreshReport
@@ -162,6 +216,7 @@ class Installer:
         first = previous.first_installed_ms if same and previous is not None else None
         if same and (first is not None or not bounds.needs_first_install(spec)):
             return bounds.window(spec, first)
+        self._guard()
         claim = self.store.first_install(spec.name, kind, hash_, self.queue.clock_ms())
         bounded = bounds.window(spec, claim.at_ms)
         if claim.inserted and bounds.single_instant(spec):
@@ -189,27 +244,32 @@ class Installer:
                 incremental.setdefault(kind, []).extend(todo)
                 self._verified.add((name, plan.hash, kind))
             else:
+                self._guard()
                 self._install_full(plan, previous, report)
             ledger.append(InstalledEntry(name, kind, plan.hash, to_ms(plan.times[-1]), 0))
         for kind, items in incremental.items():
+            self._guard()
             self._offer(kind, items, report)
         return ledger
 
     def _install_full(self, plan: Plan, previous: InstalledEntry | None,
                       report: RefreshReport) -> None:
+        """A new entry, or one whose hash or kind changed: its rows of any other configuration
+        are replaced from one instant on (``CronService.switch``), so the occurrences due
+        before it run as installed and none is lost or doubled at the change."""
         name, kind = plan.spec.name, plan.route.kind
-        if previous is not None and previous.kind != kind:
-            moved = CronService(self.queue.with_kind(previous.kind)).uninstall(plan.prefix)
-            log.info("delayq schedule: entry %r moved from kind %r to %r (%d rows removed)",
-                     name, previous.kind, kind, moved)
         if previous is not None and previous.config_hash != plan.hash:
             log.warning("delayq schedule: entry %r config hash changed %s -> %s; replacing its "
                         "future occurrences", name, previous.config_hash, plan.hash)
             report.replaced.append(name)
         service = CronService(self.queue.with_kind(kind), min_lead=self.settings.min_lead)
         batch = [CronMessage(o.at, self.delivery.encode(o)) for o in plan.occurrences()]
-        outcomes = service.install_tick(plan.hash, plan.prefix, batch, can_update=False)
-        report.installed[name] = sum(o is OfferOutcome.CREATED for o in outcomes)
+        before = [] if previous is None else [previous.kind]
+        deleted, created = service.switch(plan.hash, plan.prefix, batch, kinds=before)
+        if previous is not None and previous.kind != kind:
+            log.info("delayq schedule: entry %r moved from kind %r to %r (%d rows removed)",
+                     name, previous.kind, kind, deleted)
+        report.installed[name] = len(created)
         self.verified(plan)
 
     def verified(self, plan: Plan) -> None:
@@ -229,6 +289,7 @@ class Installer:
     def _uninstall(self, gone: Iterable[InstalledEntry], report: RefreshReport) -> None:
         names = []
         for entry in gone:
+            self._guard()
             prefix = _prefix_or_none(entry.name)
             deleted = 0 if prefix is None else CronService(
                 self.queue.with_kind(entry.kind)).uninstall(prefix)

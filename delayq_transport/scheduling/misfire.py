@@ -10,9 +10,10 @@ its grace after its time):
 * ``skip``: misfired occurrences are dropped; only on-time ones run.
 
 It is applied twice: by every refresh (:func:`sweep`, one statement for all entries) and by the
-worker as it receives a row (:func:`misfired`), so a worker that comes back before any
-scheduler does not run a backlog first. Every occurrence carries a header (Celery: the message
-header ``delayq_beat``; Dramatiq: the option ``delayq_periodic``) with
+worker as it receives a row (:func:`dropped`, the consumer session's predicate for every front
+end), so a worker that comes back before any scheduler does not run a backlog first. Every
+occurrence carries a header (Celery: the message header ``delayq_beat``; Dramatiq: the option
+``delayq_periodic``; django.tasks: the payload's field ``delayq_periodic``) with
 ``{"entry", "prefix", "hash", "at_ms", "misfire", "grace_ms", "next_ms"}`` for that:
 ``next_ms`` is the entry's next occurrence, so under ``coalesce`` a misfired occurrence whose
 next one is already past is dropped even when that next one was never installed (the
@@ -22,11 +23,12 @@ scheduler's catch-up runs it, see :mod:`.catchup`): an outage still runs once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from typing import Any
 
 from ..core.integrations import newer_occurrence_due, sweep_misfired
-from ..core.queue import DelayedQueue, like_escape, to_ms
+from ..core.queue import DelayedQueue, Envelope, like_escape, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +69,56 @@ def sweep(queue: DelayedQueue, policies: Sequence[tuple[str, str, str, str, int]
     return len(rows)
 
 
+def dropped(queue: DelayedQueue, envs: Sequence[Envelope],
+            header_of: Callable[[bytes], object], *,
+            superseded: Callable[[object, int], bool] | None = None) -> list[Envelope]:
+    """The consumer session's misfire predicate (core/queue/session.py), one for every front
+    end: of the rows a poll took, the occurrences to ack without running, by their entry's
+    policy (:func:`misfired`, or the front end's ``superseded`` check). ``header_of`` reads an
+    occurrence's header from a payload (None: not an occurrence, or unreadable: delivered, and
+    the front end deals with it). The queue's clock is read once per poll, and only when an
+    occurrence is late enough to need it. The occurrences kept whose entry is a row of
+    django-celery-beat (admin mode) are written to its run history, as its beat would."""
+    found = [(env, header_of(env.payload)) for env in envs]
+    found = [(env, info) for env, info in found if info is not None]
+    if not found:
+        return []
+    clock = cache(lambda: to_ms(queue.now()))
+    out: list[Envelope] = []
+    kept: list[tuple[str, object]] = []
+    for env, info in found:
+        if _misfired(queue, env.kind, info, clock) or (
+                superseded is not None and _late(info) and superseded(info, clock())):
+            out.append(env)
+        else:
+            kept.append((env.key, info))
+    if any(isinstance(i, Mapping) and i.get("source") for _, i in kept):
+        from .djbeat import record_runs  # only for entries of django-celery-beat's tables
+
+        record_runs(queue, kept)
+    return out
+
+
+def _late(info: object) -> bool:
+    """Whether a header could be judged late at all (a checkable policy): the clock is read
+    only for those."""
+    return isinstance(info, Mapping) and info.get("misfire") in ("coalesce", "skip")
+
+
 def misfired(queue: DelayedQueue, kind: str, info: object, now_ms: int | None = None) -> bool:
     """True if the consumer should ack the occurrence with header ``info`` without running it.
 
     Rows without a header, on-time occurrences and ``run_all`` entries return False without
     touching the database; a malformed header never loses a task. ``now_ms`` defaults to the
     queue's clock."""
-    if not isinstance(info, Mapping) or info.get("misfire") not in ("coalesce", "skip"):
+    return _misfired(queue, kind, info,
+                     lambda: to_ms(queue.now()) if now_ms is None else now_ms)
+
+
+def _misfired(queue: DelayedQueue, kind: str, info: object, clock: Callable[[], int]) -> bool:
+    if not _late(info):
         return False
+    assert isinstance(info, Mapping)
     try:
         at_ms, grace_ms = int(info["at_ms"]), int(info["grace_ms"])
         pattern = config_pattern(str(info["prefix"]), str(info["hash"]))
@@ -82,7 +126,7 @@ def misfired(queue: DelayedQueue, kind: str, info: object, now_ms: int | None = 
         next_ms = None if next_ms is None or isinstance(next_ms, bool) else int(next_ms)
     except (KeyError, TypeError, ValueError):
         return False
-    now = now_ms if now_ms is not None else to_ms(queue.now())
+    now = clock()
     if now - at_ms <= grace_ms:
         return False
     if info["misfire"] == "skip":

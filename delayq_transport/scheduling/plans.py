@@ -73,6 +73,11 @@ class Delivery(Protocol):
         """The stored payload of one occurrence: a message the front end's workers run."""
 
 
+#: A scheduler's heartbeat lapses after this many of its refresh intervals without a refresh
+#: (:mod:`.authority`): one missed refresh does not hand its configuration's authority over.
+ALIVE_INTERVALS = 3
+
+
 @dataclass(frozen=True)
 class Settings:
     refresh_interval: timedelta = timedelta(seconds=60)
@@ -81,9 +86,16 @@ class Settings:
     min_lead: timedelta = DEFAULT_MIN_LEAD
 
     @property
+    def alive_for(self) -> timedelta:
+        """How long a heartbeat keeps this scheduler alive for the others."""
+        return self.refresh_interval * ALIVE_INTERVALS
+
+    @property
     def effective_horizon(self) -> timedelta:
-        """Always at least two refresh intervals, so one missed refresh leaves no hole."""
-        return max(self.horizon, self.refresh_interval * 2)
+        """At least the refresh intervals a handover of authority may take when the schedulers
+        in force vanish (their heartbeats lapse, then every other scheduler refreshes once to
+        follow the next configuration and once to act), so no occurrence falls in a hole."""
+        return max(self.horizon, self.refresh_interval * (ALIVE_INTERVALS + 2))
 
 
 @dataclass
@@ -123,3 +135,6 @@ class RefreshReport:
     uninstalled: dict[str, int] = field(default_factory=dict)  # entry -> rows deleted
     errors: dict[str, str] = field(default_factory=dict)      # entry -> why it was skipped
     misfires_dropped: int = 0
+    #: False: another configuration is in force (or taking over), so this refresh only
+    #: recorded its heartbeat (:mod:`.authority`).
+    in_force: bool = True

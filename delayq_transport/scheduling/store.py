@@ -1,17 +1,18 @@
 """DB-backed scheduling state: runtime entries and the ledger of installed entries.
 
-Two small tables, shared by every queue table of a database and keyed by ``tableName`` like
+Small tables, shared by every queue table of a database and keyed by ``tableName`` like
 delayq's migration ledger: ``delayq_schedule_entries`` (entries added with ``delayq beat add`` or
-:meth:`EntryStore.add`, plus enable/disable overrides of configured entries) and
+:meth:`EntryStore.add`, plus enable/disable overrides of configured entries),
 ``delayq_schedule_installed`` (which entries have occurrences installed, in which kind, under which
-config hash and up to when). The ledger is what lets a scheduler that restarts with an entry
+config hash and up to when) and ``delayq_schedule_schedulers`` (each scheduler's configuration
+and heartbeat: :mod:`.authority`). The ledger is what lets a scheduler that restarts with an entry
 removed from its configuration find and uninstall that entry's rows, and what the outage
 catch-up compares and sets.
 
 Each front end keeps its rows in a namespace of its own (Celery beat: none, Dramatiq's periodic
 actors: ``dramatiq``, stored as ``<table>#dramatiq``), because an installer uninstalls every
 ledger entry that is not in the configuration it is given. The tables and their statements
-belong to the core (:mod:`delayq_transport.core.integrations`, migrations 10 and 16).
+belong to the core (:mod:`delayq_transport.core.integrations`, migrations 10, 16 and 17).
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from typing import Any
 
 from ..core import InvalidInput
 from ..core.db import Database
-from ..core.integrations import EntryRow, FirstInstall, InstalledRow, PeriodicStore
+from ..core.integrations import EntryRow, FirstInstall, InstalledRow, PeriodicStore, Standing
 from ..core.schema import ensure_schema as ensure_current_schema
 from .entries import EntrySpec, key_prefix, make_spec, storable_options
 from .schedules import schedule_from_json, schedule_to_json
 
 #: The migration after which the engine's tables are as this release reads them: created by
-#: migration 10 (as ``delayq_beat_*``), named ``delayq_schedule_*`` by migration 16.
-SCHEDULE_MIGRATION_VERSION = 16
+#: migration 10 (as ``delayq_beat_*``), named ``delayq_schedule_*`` by migration 16, the
+#: schedulers' heartbeats by migration 18.
+SCHEDULE_MIGRATION_VERSION = 17
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,24 @@ class EntryStore:
 
     def forget_installed(self, names: Sequence[str]) -> None:
         self.rows.forget_installed(names)
+
+    @property
+    def ledger_name(self) -> str:
+        """``<table>`` or ``<table>#<namespace>``: the rows of this front end and table."""
+        return self.rows.ledger_name
+
+    def heartbeat(self, scheduler: str, process: str, config_hash: str, entries: int, *,
+                  alive_ms: int, keep_ms: int, now_ms: int | None = None) -> Standing:
+        """One scheduler's heartbeat and the configuration in force (see
+        :meth:`~delayq_transport.core.integrations.PeriodicStore.heartbeat`)."""
+        return self.rows.heartbeat(scheduler, process, config_hash, entries,
+                                   alive_ms=alive_ms, keep_ms=keep_ms, now_ms=now_ms)
+
+    def renew(self, scheduler: str, *, alive_ms: int, now_ms: int | None = None) -> bool:
+        return self.rows.renew(scheduler, alive_ms=alive_ms, now_ms=now_ms)
+
+    def retire(self, scheduler: str, now_ms: int | None = None) -> None:
+        self.rows.retire(scheduler, now_ms)
 
     def first_install(self, name: str, kind: str, config_hash: str,
                       now_ms: int | None = None) -> FirstInstall:

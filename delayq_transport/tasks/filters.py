@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from ..core import InvalidInput
 from ..core.queue import MAX_KIND_CHARS, to_ms
 
-STATES = ("due", "scheduled", "in_flight", "redelivered")
+STATES = ("due", "scheduled", "in_flight", "redelivered", "retrying")
 MAX_TEXT = 200
 MAX_PAGE = 500
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -83,7 +83,8 @@ class TaskFilter:
 
     @property
     def needs_payload(self) -> bool:
-        return bool(self.task or self.text)
+        """Whether rows must be decoded (a retry count is in the message)."""
+        return bool(self.task or self.text) or self.state == "retrying"
 
     @property
     def narrows(self) -> bool:

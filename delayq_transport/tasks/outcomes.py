@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..core import DelayedQueue, InvalidInput, TaskResults
-from ..formats.django_tasks import KIND_PREFIX
+from ..formats.django_tasks import KIND_PREFIX, result_truth
 from .decoders import HIDDEN
 
 #: Seconds a result-backend read may take before the page gives up on it.
@@ -65,13 +65,14 @@ def task_result_outcome(queue: DelayedQueue, task_id: str, *, hide_results: bool
     stored = TaskResults(queue, KIND_PREFIX).get(task_id)
     if stored is None or stored.status is None:
         return None
-    last = stored.errors[-1] if stored.errors else None
-    if stored.status == "SUCCESSFUL":
+    status, errors = result_truth(stored)  # READY, interrupted, while nothing runs it
+    last = errors[-1] if errors else None
+    if status == "SUCCESSFUL":
         result: Any = HIDDEN if hide_results else stored.return_value
     else:
         result = last["exception_class_path"] if last else None
     done = stored.finished_at_ms
-    return Outcome(task_id, stored.status, result, last["traceback"] if last else None,
+    return Outcome(task_id, str(status), result, last["traceback"] if last else None,
                    None if done is None else _iso_ms(done), max(len(stored.worker_ids) - 1, 0),
                    str(stored.task.get("task")), source="delayq")
 
@@ -133,3 +134,17 @@ class ResultBackend:
                        HIDDEN if hidden else _jsonable(result), meta.get("traceback"),
                        None if done is None else str(done), meta.get("retries"),
                        meta.get("name"))
+
+
+def finished_outcome(queue: DelayedQueue, task_id: str, backend_url: str | None = None,
+                     hide_results: bool = False) -> Outcome | None:
+    """The outcome of a task no longer in the queue: delayq's own result (django.tasks), else
+    the Celery result backend's at ``backend_url`` (read only); None when neither knows it (a
+    result backend cannot tell an unknown id from a pending one: PENDING is None here)."""
+    if not task_id or task_id.lstrip("#").isdigit():
+        return None  # a row id: rows have no outcome once gone
+    own = task_result_outcome(queue, task_id, hide_results=hide_results)
+    if own is not None or not backend_url:
+        return own
+    found = ResultBackend(backend_url, hide_results=hide_results).outcome(task_id)
+    return None if found.state == "PENDING" and found.error is None else found

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..core import DelayqError, InvalidInput
+from ..core import DelayqError, InvalidInput, TaskResults
 from ..core.inspect import (
     MAX_MS,
     MIN_MS,
@@ -34,8 +34,11 @@ from ..core.inspect import (
 )
 from ..core.queue import DelayedQueue, from_ms, kind_row_estimates, past_the_cap, to_ms
 from ..formats.celery import kinds_for, queue_of_kind
+from ..formats.django_tasks import KIND_PREFIX
+from ..formats.queues import kinds_of_queue
 from . import decoders
 from .filters import TaskFilter
+from .occurrences import OccurrenceFold
 from .rates import RateWindows
 
 #: A filter the index cannot answer scans at most this many rows per request...
@@ -122,6 +125,8 @@ class TaskPage:
     scanned: int
     partial: bool  # the scan limit stopped it before the page was full
     indexed: bool = False  # a text search answered by the opt-in trigram index
+    #: Periodic entries whose later occurrences were folded (``fold_occurrences``).
+    folded: tuple[str, ...] = ()
 
     @property
     def searched_to(self) -> str | None:
@@ -159,8 +164,11 @@ class TaskService:
     # -- reading ------------------------------------------------------------------------
 
     def kinds(self, queue: str | None = None) -> list[str]:
+        """Every kind present, or those of one queue: all its priority kinds, Celery's,
+        Dramatiq's and Django's task framework's (``formats/queues.py``), or a kind by name."""
         if queue:
-            return list(dict.fromkeys([*kinds_for(queue), queue]))
+            present = kinds_of_queue(queue, self.inspector.kinds())
+            return list(dict.fromkeys([*kinds_for(queue), *present, queue]))
         return self.inspector.kinds()
 
     def _view(self, row: TaskRow) -> TaskView:
@@ -168,7 +176,7 @@ class TaskService:
         return TaskView(row, message, self.hide_args)
 
     def _matches(self, f: TaskFilter, row: TaskRow, prefix: str | None,
-                 bounds: tuple[int, int]) -> bool:
+                 bounds: tuple[int, int], retrying: frozenset[str] = frozenset()) -> bool:
         if not bounds[0] <= row.scheduled_at_ms < bounds[1]:
             return False
         if f.state == "redelivered" and not row.redelivered:
@@ -183,21 +191,35 @@ class TaskService:
         if any(part not in payload for part in _literal_parts(f.task)):
             return False  # the task name is stored verbatim: no need to decode this one
         message = decoders.decode(payload)
+        if f.state == "retrying" and not _retried(row, message, retrying):
+            return False
         if f.task and not fnmatch.fnmatchcase(message.task or "", f.task):
             return False
         return not f.text or f.text.lower() in message.search_text.lower()
 
     def list_page(self, f: TaskFilter, cursor: tuple[int, int] | None = None,
-             limit: int = 50) -> TaskPage:
-        """One page sorted by (ETA, id); ``next_cursor`` continues after it."""
+                  limit: int = 50, kinds: list[str] | None = None, *,
+                  fold_occurrences: bool = False) -> TaskPage:
+        """One page sorted by (ETA, id); ``next_cursor`` continues after it. ``kinds``: these
+        kinds instead of the filter's queue (the Django admin leaves dead letters out).
+        ``fold_occurrences``: of a periodic entry's installed occurrences only its next one
+        (:mod:`.occurrences`; not with ``beat_entry``, which asks for that entry's)."""
+        fold = OccurrenceFold(self.queue) if fold_occurrences and not f.beat_entry else None
+        page = self._page(f, cursor, limit, fold, kinds)
+        if fold is not None:
+            page.folded = tuple(sorted(fold.folded))
+        return page
+
+    def _page(self, f: TaskFilter, cursor: tuple[int, int] | None, limit: int,
+              fold: OccurrenceFold | None, kinds: list[str] | None) -> TaskPage:
         if f.text and self.hide_args:
             raise InvalidInput("searching task arguments is disabled (arguments are hidden)")
-        kinds = self.kinds(f.queue)
+        kinds = self.kinds(f.queue) if kinds is None else kinds
         lo, hi = f.bounds_ms(self.inspector.now_ms())
         lo, hi = MIN_MS if lo is None else lo, MAX_MS if hi is None else hi
         after = cursor or (MIN_MS, MIN_MS)
         prefix = _beat_prefix(f.beat_entry)
-        if not f.narrows:
+        if not f.narrows and fold is None:
             rows = self.inspector.window(kinds, after=after, lo=lo, hi=hi, budget=limit + 1)
             page = rows[:limit]
             more = len(rows) > limit
@@ -220,11 +242,13 @@ class TaskService:
                                              hi=hi, budget=SCAN_CHUNK)
                 indexed = hits is not None  # None: too common a text, the scan finds it
             rows = self._chunk(f, kinds, after, lo, hi) if hits is None else hits
+            retrying = self._retrying_keys(rows) if f.state == "retrying" else frozenset()
             for row in rows:
                 scanned += 1
                 after = _pos(row)
                 if may_match(row.payload, piece) and \
-                        self._matches(f, row, prefix, (lo, hi)):
+                        self._matches(f, row, prefix, (lo, hi), retrying) and \
+                        not (fold is not None and fold.hides(row)):
                     found.append(row)
                     if len(found) == limit:
                         return TaskPage(self._with_payloads(found), after, scanned, False,
@@ -244,6 +268,16 @@ class TaskService:
             return rows
         return self.inspector.window(kinds, after=after, lo=lo, hi=hi, budget=SCAN_CHUNK,
                                      with_payload=f.needs_payload)
+
+    def _retrying_keys(self, rows: list[TaskRow]) -> frozenset[str]:
+        """The django.tasks rows among ``rows`` whose task failed before and waits for its
+        retry (their result READY with an error): a django.tasks message carries no retry
+        count, its result does."""
+        keys = [r.key for r in rows if r.kind.startswith(KIND_PREFIX)]
+        if not keys:
+            return frozenset()
+        results = TaskResults(self.queue, KIND_PREFIX).summaries(keys)
+        return frozenset(r.id for r in results if r.status == "READY" and r.errors)
 
     def _with_payloads(self, rows: list[TaskRow]) -> list[TaskView]:
         missing = [r.id for r in rows if r.payload is None]
@@ -394,6 +428,24 @@ def _literal_parts(pattern: str | None) -> list[bytes]:
         return []
     return [p.encode() for p in re.split(r"[*?\[\]]+", pattern)
             if p and re.fullmatch(r"[A-Za-z0-9_.:\-]+", p)]
+
+
+def kept_kind(kind: str) -> bool:
+    """A kind whose rows are kept, never consumed: Dramatiq's dead letters, and the rows a
+    django.tasks worker could not read (``django.XQ``). Not waiting tasks."""
+    return kind.endswith(".XQ")
+
+
+def _retried(row: TaskRow, message: decoders.DecodedMessage,
+             retrying: frozenset[str]) -> bool:
+    """A waiting task that failed before: a django.tasks one by its result (``retrying``), a
+    Celery or Dramatiq one by the retry count its message carries (a dead letter's is the
+    count it failed with: it waits for nothing)."""
+    if kept_kind(row.kind):
+        return False
+    if row.kind.startswith(KIND_PREFIX):
+        return row.key in retrying
+    return (message.retries or 0) >= 1
 
 
 def _pos(row: TaskRow) -> tuple[int, int]:

@@ -13,7 +13,6 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from functools import cache
 from queue import Empty
 from typing import TYPE_CHECKING, Any
 
@@ -43,36 +42,27 @@ _BEAT_HEADER = "delayq_beat"
 
 
 
-@cache
-def _beat_policy() -> tuple[Callable[..., bool], Callable[..., int]]:
-    """The scheduling engine's worker-side misfire policy and its write of received occurrences
-    to django-celery-beat's run history (beat in admin mode), imported on the first beat
-    occurrence: a worker that runs none never loads the engine."""
-    from ..scheduling.djbeat import record_runs
-    from ..scheduling.misfire import drop_misfired
-
-    return drop_misfired, record_runs
-
-
 def misfired_beats(queue: DelayedQueue) -> Callable[[list[Envelope]], list[Envelope]]:
-    """The session's misfire predicate (core/queue/session.py): beat occurrences that misfired while
-    no worker ran follow their entry's policy, so a worker coming back before beat's next
-    refresh does not run the whole backlog."""
+    """The session's misfire predicate (core/queue/session.py): the scheduling engine's, for beat
+    occurrences (the engine is imported on the first one: a worker that runs none never loads
+    it)."""
     def misfired(envs: list[Envelope]) -> list[Envelope]:
-        beat = [e for e in envs if _BEAT_MARK in e.payload]
-        if not beat:
+        if not any(_BEAT_MARK in e.payload for e in envs):
             return []
-        check, record = _beat_policy()
-        dropped, kept = [], []
-        for env in beat:
-            message = msg.decode(env.payload)
-            if check(queue, env.kind, message):
-                dropped.append(env)
-            else:
-                kept.append((env.key, (message.get("headers") or {}).get(_BEAT_HEADER)))
-        record(queue, kept)  # entries of django-celery-beat's tables (admin mode)
-        return dropped
+        from ..scheduling.misfire import dropped
+
+        return dropped(queue, envs, _beat_header)
     return misfired
+
+
+def _beat_header(payload: bytes) -> object:
+    """A beat occurrence's ``delayq_beat`` header (None: not one, or not a message)."""
+    if _BEAT_MARK not in payload:
+        return None
+    try:
+        return (msg.decode(payload).get("headers") or {}).get(_BEAT_HEADER)
+    except (ValueError, TypeError, AttributeError):
+        return None  # not decodable: delivered, and kombu reports it
 
 
 def _pair(tag: str) -> tuple[int, str]:
@@ -165,7 +155,7 @@ class DelayqChannel(virtual.Channel):
         return {k for q in self._active_queues for k in self._kinds(q)}
 
     def _consumed(self) -> None:
-        self.subscription.kinds = self.consumed_kinds()
+        self.subscription.set_kinds(self.consumed_kinds())
 
     def _poll_kinds(self) -> list[str]:
         """Priority buckets first, queues rotated per poll so none starves at equal priority."""

@@ -22,6 +22,7 @@ from ..core import InvalidInput
 from ..core.queue import DelayedQueue
 from ..tasks import TaskInFlight, TaskNotFound, TaskService
 from ..tasks.deadletters import DeadLetterService
+from ..tasks.failures import FailureService
 from ..tasks.outcomes import Outcome, ResultBackend, task_result_outcome
 from .jobs import BulkJobs
 from .security import WebConfig, csrf_ok
@@ -48,6 +49,7 @@ class State:
         #: Bulk actions on large selections, running in this process (:mod:`.jobs`).
         self.bulk_jobs = BulkJobs()
         self._dead_letters: DeadLetterService | None = None
+        self._failures: FailureService | None = None
         self._result_backend: ResultBackend | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -58,6 +60,12 @@ class State:
         if self._dead_letters is None:
             self._dead_letters = DeadLetterService(self.queue, hide_args=self.config.hide_args)
         return self._dead_letters
+
+    def failures(self) -> FailureService:
+        """Failed tasks of every front end (made on first use, kept with the app's state)."""
+        if self._failures is None:
+            self._failures = FailureService(self.queue, hide_args=self.config.hide_args)
+        return self._failures
 
     def result_backend(self) -> ResultBackend | None:
         """The app's result backend when ``--result-backend`` named one (made on first use)."""

@@ -124,7 +124,7 @@ def routes(guard: Guard) -> list[Route]:
         Route("/dead-letters/{ident}", dead_letter_page),
         Route("/dead-letters/{ident}/requeue", guard(requeue), methods=["POST"]),
         Route("/dead-letters/{ident}/delete", guard(delete), methods=["POST"]),
-        Route("/outcomes/{task_id}", outcome_page),
+        Route("/outcomes/{task_id:path}", outcome_page),
         Route("/api/dead-letters", api_list),
         Route("/api/dead-letters/{ident}", api_show),
         Route("/api/dead-letters/{ident}", guard(api_delete), methods=["DELETE"]),

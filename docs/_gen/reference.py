@@ -300,11 +300,11 @@ TASKS = {
 }
 ```
 
-Durations are seconds, as an int or a float. The backend refuses, when it is made (before any
-task is enqueued), an unknown option and a value that is not what its row below expects, with
-`ImproperlyConfigured` naming the option and the value: nothing is converted (`"false"` is not
-False, `"3"` is not 3). How they act: [Django's task framework on
-delayq](../how-to/django-tasks.md).
+Durations are seconds, as an int or a float. The backend refuses an unknown option and a value
+that is not what its row below expects: `manage.py check` lists each one (`delayq.E007`), and
+enqueue, `get_result` and `manage.py delayq_worker` raise `ImproperlyConfigured` naming the
+option and the value: nothing is converted (`"false"` is not False, `"3"` is not 3). How they
+act: [Django's task framework on delayq](../how-to/django-tasks.md).
 """,
         options_table(TASK_OPTIONS, unit="value"),
     )

@@ -33,7 +33,7 @@ from delayq_transport import DelayedQueue
 from delayq_transport.core.db.queries import notify_channel
 from delayq_transport.transport import message as msg
 
-from .conftest import executions, wait_until
+from .conftest import executions, nodename, wait_until
 
 pytest_plugins = ("_kombu_env",)
 
@@ -41,6 +41,8 @@ Connect = Callable[..., kombu.Connection]
 PUBLISHER = Path(__file__).parent.parent / "_kombu_publish.py"
 #: The fallback poll of the consumers below: far longer than any wait a test accepts.
 SLOW_POLL_S = 30.0
+#: How long a task waiting in a queue added with ``add_consumer`` may take to run.
+ADDED_QUEUE_BOUND_S = 5.0
 
 
 @contextmanager
@@ -217,6 +219,27 @@ def test_worker_hub_wakes_on_notify_and_on_the_due_timer(
     ran = {r["task_id"]: r["ran_at"].timestamp() for r in runs}
     assert set(ran) == {now.id, later.id}
     assert ran[later.id] >= eta - 0.05, ran[later.id] - eta  # not before its ETA
+
+
+@pytest.mark.slow
+def test_add_consumer_runs_a_task_already_waiting_in_the_added_queue(
+    database_url: str, producer: Any, start_worker: Callable[..., Any]
+):
+    """``celery control add_consumer`` at run time: the task waiting in the added queue was
+    announced before anyone consumed it, so only polling the added queue at once runs it
+    before the fallback poll (30 s here)."""
+    worker = start_worker(env={"DELAYQ_TRANSPORT_OPTIONS": json.dumps(
+        {"polling_interval": SLOW_POLL_S})})
+    node = nodename(worker)
+    waiting = producer.send_task("celery_app.mark", ("waiting",), queue="added")
+    assert executions(database_url) == []  # the worker consumes "celery" only
+
+    reply = producer.control.add_consumer("added", destination=[node], reply=True, timeout=10)
+    assert reply == [{node: {"ok": "add consumer added"}}], reply
+
+    [run] = wait_until(lambda: executions(database_url), timeout=ADDED_QUEUE_BOUND_S,
+                       message="the task waiting in the added queue to run")
+    assert run["task_id"] == waiting.id
 
 
 IDLE_WINDOW_S = 5.0

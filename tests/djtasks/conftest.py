@@ -57,6 +57,7 @@ else:
     django.setup()
 #: Tables every test starts without rows.
 TABLES = ("delayed_queue", "delayq_task_results", "delayq_schedule_installed",
+          "delayq_schedule_schedulers",
           "delayq_schedule_entries", "shop_taskrun", "shop_order")
 T = TypeVar("T")
 
@@ -107,8 +108,10 @@ def _fresh(request: pytest.FixtureRequest) -> Iterator[None]:
     from django.db import connections
 
     from delayq_transport.django.backend import close_stores
+    from delayq_transport.django.target import close_queues
 
     close_stores()
+    close_queues()
     connections.close_all()
 
 
@@ -200,6 +203,29 @@ def start_worker(dj_url: str, tmp_path: Path) -> Iterator[Callable[..., WorkerPr
     yield start
     for proc in started:
         proc.stop()
+
+
+@contextmanager
+def gate_closed(url: str) -> Iterator[Callable[[], None]]:
+    """shop.djtasks' ``gate`` task waits, once started, until the function this yields is
+    called (an advisory lock this block holds; the block's end releases it too)."""
+    from shop.djtasks import GATE_LOCK
+
+    with psycopg.connect(url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [GATE_LOCK])
+        yield lambda: holder.execute("SELECT pg_advisory_unlock(%s)", [GATE_LOCK]) and None
+
+
+def start_gated(start: Callable[..., WorkerProcess], url: str, label: str, *args: str,
+                **env: str) -> tuple[WorkerProcess, TaskResult]:
+    """A worker (``start_worker`` with these arguments) that has started shop.djtasks' ``gate``
+    task (run it inside :func:`gate_closed`), and the task's result."""
+    from shop import djtasks
+
+    worker = start(*args, **env)
+    result = djtasks.gate.enqueue(label)
+    wait_until(lambda: runs(url), "the task to start")
+    return worker, result
 
 
 def row_count(url: str) -> int:

@@ -1,8 +1,11 @@
 """The backend's OPTIONS, read through their registry (delayq_transport/django/options.py):
-each one's default when it is not given, and a backend that refuses to be made, with
-``ImproperlyConfigured`` naming the option, the value and what it expects, for a value of the
-wrong kind (never converted: ``"false"`` is not False) and for an unknown name. Django makes
-the backend from ``TASKS`` on first use, so the error reaches the first enqueue too."""
+each one's default when it is not given, and a backend that refuses them, for a value of the
+wrong kind (never converted: ``"false"`` is not False) and for an unknown name: its check
+reports each one (``delayq.E007``: Django makes every backend to ask for its checks, so
+making it must not raise), and enqueue, get_result and a worker (which run no checks) raise
+``ImproperlyConfigured`` naming the option, the value and what it expects. The same
+``ImproperlyConfigured`` for a ``DATABASE`` that is not in ``DATABASES``, in place of delayq's
+internal ``InvalidInput``. The check through a real ``manage.py check``: test_checks.py."""
 
 from __future__ import annotations
 
@@ -67,31 +70,52 @@ def test_given_values_are_taken_as_given() -> None:
     ("PERIODIC", ["nightly"], "a dict"),
 ])
 def test_a_bad_value_is_refused_naming_the_option(name: str, value: Any, expects: str) -> None:
-    with pytest.raises(ImproperlyConfigured) as caught:
-        backend(**{name: value})
-    assert str(caught.value).startswith(
-        f"TASKS['x'] OPTIONS {name} = {value!r}: expected {expects}")
+    refused = backend(**{name: value})
+    [error] = refused.check()
+    assert error.id == "delayq.E007"
+    assert error.msg.startswith(f"TASKS['x'] OPTIONS {name} = {value!r}: expected {expects}")
+    for use in (refused.url, lambda: refused.get_result("any")):
+        with pytest.raises(ImproperlyConfigured) as caught:
+            use()
+        assert str(caught.value) == error.msg
 
 
 def test_an_unknown_option_is_refused_naming_it_and_the_known_ones() -> None:
-    with pytest.raises(ImproperlyConfigured) as caught:
-        backend(RETRY=3)
-    message = str(caught.value)
-    assert message.startswith("TASKS['x'] OPTIONS: unknown option 'RETRY' (did you mean "
+    refused = backend(RETRY=3, LEASE=0)
+    [unknown, lease] = [m.msg for m in refused.check()]  # every problem, one message each
+    assert unknown.startswith("TASKS['x'] OPTIONS: unknown option 'RETRY' (did you mean "
                               "'RETRIES'?); the options are ")
-    assert all(name in message for name in TASK_OPTIONS)
+    assert all(name in unknown for name in TASK_OPTIONS)
+    assert lease == "TASKS['x'] OPTIONS LEASE = 0: expected a number of seconds > 0"
+    with pytest.raises(ImproperlyConfigured) as caught:
+        refused.url()
+    assert str(caught.value) == f"{unknown}; {lease}"
 
 
-def test_djangos_handler_raises_it_on_first_use_of_the_backend(dj_url: str) -> None:
+def test_djangos_handler_makes_it_and_its_first_use_raises(dj_url: str) -> None:
     from shop import djtasks
 
     bad = {"default": {"BACKEND": BACKEND, "QUEUES": ["default", "mail"],
                        "OPTIONS": {"JOIN_ATOMIC": "no"}}}
     with override_settings(TASKS=bad):
+        assert [m.id for m in task_backends["default"].check()] == ["delayq.E007"]
         with pytest.raises(ImproperlyConfigured, match=r"JOIN_ATOMIC = 'no': expected True "):
-            task_backends["default"]  # noqa: B018
-        with pytest.raises(ImproperlyConfigured, match="JOIN_ATOMIC"):
             djtasks.add.enqueue(1, 1)
+
+
+def test_a_database_alias_not_in_databases_is_improperly_configured(dj_url: str) -> None:
+    """Not delayq's internal InvalidInput: what Django raises for a setting that is wrong."""
+    from shop import djtasks
+
+    absent = {"default": {"BACKEND": BACKEND, "QUEUES": ["default", "mail"],
+                          "OPTIONS": {"DATABASE": "nope"}}}
+    with override_settings(TASKS=absent):
+        for use in (lambda: djtasks.add.enqueue(1, 1), lambda: djtasks.add.get_result("x")):
+            with pytest.raises(ImproperlyConfigured) as caught:
+                use()
+            assert str(caught.value).startswith(
+                "TASKS['default']: OPTIONS DATABASE = 'nope' is not in DATABASES (have: "
+                "default); name the DATABASES alias")
 
 
 @pytest.mark.parametrize(("retries", "backoff", "message"), [

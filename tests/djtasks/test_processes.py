@@ -1,10 +1,10 @@
 """Real worker processes (``manage.py delayq_worker``): results read by a process that did not
-enqueue, graceful shutdown (a running task finishes, or is given back at the timeout and runs
-again elsewhere), several processes under one parent, crash histories (the worker killed after
-it claimed a task, after the task's external effect, after it wrote the outcome; a
-``task_started`` or ``task_finished`` receiver that raises), and counted concurrency: 4
-enqueuing processes, a seeded half of their transactions rolled back, exactly the committed
-tasks run, once each (at least once for what a SIGKILLed worker held).
+enqueue, graceful shutdown (a running task finishes; given back at the timeout, it runs again
+elsewhere: test_interruptions.py), several processes under one parent, crash histories (the
+worker killed after it claimed a task, after the task's external effect, after it wrote the
+outcome; a ``task_started`` or ``task_finished`` receiver that raises), and counted
+concurrency: 4 enqueuing processes, a seeded half of their transactions rolled back, exactly
+the committed tasks run, once each (at least once for what a SIGKILLed worker held).
 
 What each crash leaves, as docs/how-to/django-tasks.md states it (a 1.5-s lease here):
 
@@ -27,12 +27,22 @@ import sys
 from collections.abc import Callable
 
 import psutil
-import psycopg
 import pytest
 
 from delayq_transport.django._framework import TaskResult, TaskResultStatus
 
-from .conftest import PROJECT, WorkerProcess, manage, project_env, row_count, runs, sql, wait_until
+from .conftest import (
+    PROJECT,
+    WorkerProcess,
+    gate_closed,
+    manage,
+    project_env,
+    row_count,
+    runs,
+    sql,
+    start_gated,
+    wait_until,
+)
 from .conftest import finished as conftest_finished
 
 #: A short lease: a killed worker's task comes back this soon.
@@ -63,41 +73,17 @@ def test_a_worker_process_runs_tasks_and_another_process_reads_the_results(
 
 def test_sigterm_lets_a_running_task_finish(
         dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
-    from shop import djtasks
-
-    with psycopg.connect(dj_url, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", [djtasks.GATE_LOCK])
-        worker = start_worker("--shutdown-timeout", "60")
-        result = djtasks.gate.enqueue("term")
-        wait_until(lambda: runs(dj_url), "the task to start")
+    with gate_closed(dj_url) as open_gate:
+        worker, result = start_gated(start_worker, dj_url, "term", "--shutdown-timeout", "60")
         worker.signal(signal.SIGTERM)
         worker.wait_for_log("stopping")
-        holder.execute("SELECT pg_advisory_unlock(%s)", [djtasks.GATE_LOCK])
+        open_gate()
         assert worker.wait() == 0
     assert [label for label, *_ in runs(dj_url)] == ["term:start", "term:end"]
     assert finished(result).status == TaskResultStatus.SUCCESSFUL and row_count(dj_url) == 0
 
 
-def test_at_the_shutdown_timeout_a_running_task_is_given_back_and_runs_again(
-        dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
-    from shop import djtasks
-
-    with psycopg.connect(dj_url, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", [djtasks.GATE_LOCK])
-        first = start_worker("--shutdown-timeout", "0.5")
-        result = djtasks.gate.enqueue("given-back")
-        wait_until(lambda: runs(dj_url), "the task to start")
-        first.signal(signal.SIGTERM)
-        assert first.wait() == 1  # exited with the task unfinished
-        [(lock,)] = sql(dj_url, 'SELECT "lockUuid" FROM delayed_queue')
-        assert lock is None  # given back at once, not left to its lease
-        start_worker()
-        wait_until(lambda: len(runs(dj_url)) == 2, "the second start")
-        holder.execute("SELECT pg_advisory_unlock(%s)", [djtasks.GATE_LOCK])
-    finished(result)
-    assert [label for label, *_ in runs(dj_url)] == [
-        "given-back:start", "given-back:start", "given-back:end"]
-    assert result.status == TaskResultStatus.SUCCESSFUL and result.attempts == 2
+# A running task given back at the shutdown timeout, and what its result says: test_interruptions.py
 
 
 def test_several_processes_under_one_parent(

@@ -20,7 +20,7 @@ from django_celery_beat.models import (
     PeriodicTasks,
 )
 
-from delayq_beat import Scheduler
+from delayq_beat import RefreshReport, Scheduler
 from delayq_transport import DelayedQueue
 from delayq_transport.scheduling.djbeat import record_runs
 
@@ -52,6 +52,18 @@ def entries(url: str) -> set[str]:
     return {key.split("/")[0] for key, _ in rows(url)}
 
 
+def after_a_change(a: Scheduler, b: Scheduler) -> RefreshReport:
+    """Both beats refresh after an admin change: the first to read it (``a``) installs nothing,
+    since ``b`` may be in the middle of a refresh of the old configuration; ``b`` reads the
+    change too and installs it, then ``a`` has nothing left to do. The change is made once."""
+    first, second = a.refresh(), b.refresh()
+    assert (first.in_force, second.in_force) == (False, True)
+    again = a.refresh()
+    assert again.in_force and not again.installed and not again.replaced
+    assert not again.uninstalled
+    return second
+
+
 def every(seconds: int, **fields: object) -> dict:
     interval, _ = IntervalSchedule.objects.get_or_create(every=seconds, period="seconds")
     return {"interval": interval, **fields}
@@ -78,16 +90,18 @@ def test_admin_edits_reach_both_beats_once(beats: tuple[Scheduler, Scheduler],
     task = PeriodicTask.objects.get(name="pulse")
     task.args = "[3]"
     task.save()  # the admin's change form: a save, which moves the mark
-    assert a.refresh().replaced == ["pulse"]
-    assert b.refresh().replaced == [] and not b.last_report.installed  # a replaced them already
+    assert after_a_change(a, b).replaced == ["pulse"]
     assert {json.loads(p)["headers"]["argsrepr"] for k, p in rows(database_url)
             if k.startswith("pulse/")} == {"(3,)"}
 
     PeriodicTask.objects.filter(name="report").update(enabled=False)  # the admin's bulk action
     PeriodicTasks.update_changed()
-    assert set(a.refresh().uninstalled) == {"report"}
-    PeriodicTask.objects.get(name="pulse").delete()
-    assert set(b.refresh().uninstalled) == {"pulse"}
+    assert set(after_a_change(a, b).uninstalled) == {"report"}
+    PeriodicTask.objects.get(name="pulse").delete()  # none left: an empty configuration
+    # yields to any other alive, so it is in force once neither beat holds the old one
+    reports = [b.refresh(), a.refresh(), b.refresh()]
+    assert [r.in_force for r in reports] == [False, False, True]
+    assert set(reports[2].uninstalled) == {"pulse"}
     assert rows(database_url) == []
 
 
@@ -120,9 +134,9 @@ def test_runs_written_back_once_and_one_off_disabled(beats: tuple[Scheduler, Sch
     assert (one.enabled, one.total_run_count) == (False, 0)  # as django-celery-beat leaves it
     assert one.last_run_at == clocked.clocked_time.replace(
         microsecond=clocked.clocked_time.microsecond // 1000 * 1000)  # the occurrence's ms
-    report = a.refresh()  # the mark moved (the one-off): re-read
-    assert report.replaced == [] and set(report.uninstalled) == {"once"}
-    assert b.refresh().replaced == []  # pulse's anchor did not move with its last run
+    report = after_a_change(a, b)  # the mark moved (the one-off): re-read
+    assert report.replaced == [] and set(report.uninstalled) == {"once"}  # pulse's anchor did
+    # not move with its last run
 
 
 def test_beat_list_shows_the_admins_entries_with_their_fields(app: Celery,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from _captured import capture
 from _djbeat import django_database
 from _tables import rich_tables
 from celery import Celery
@@ -21,6 +22,7 @@ from delayq_transport.cli import main
 
 IMPORT = ["beat", "import", "--from", "django-celery-beat", "--disable-source"]
 COLUMN = "source changed"
+HERE = "tests/integration/test_beat_import_changes.py"
 
 
 @pytest.fixture
@@ -80,6 +82,10 @@ def test_beat_list_marks_entries_edited_in_the_admin_after_the_import(imported: 
     assert "entry 'edited': changed in django-celery-beat after the import (args)" in lines
     assert "entry 'deleted': deleted in django-celery-beat after the import" in lines
     assert any(line.startswith("import mode ignores edits in django-celery-beat") for line in lines)
+    said = [line for line in lines if line.startswith(("entry 'edited'", "import mode"))]
+    capture("admin-edit-beat-list",
+            f"{HERE}::test_beat_list_marks_entries_edited_in_the_admin_after_the_import",
+            command=f"delayq -d {imported} beat list", output="\n".join(["[the table]", *said]))
     again = CliRunner().invoke(main, ["-d", imported, "beat", "import", "--from",
                                       "django-celery-beat"])  # takes the edits
     assert again.exit_code == 0, again.output
@@ -108,6 +114,8 @@ def test_a_beat_warns_once_per_change(imported: str,
         first = warned()
         assert len(first) == 3 and all("run `delayq beat import" in m for m in first)
         assert sum("'edited'" in m and "(args)" in m for m in first) == 1
+        capture("admin-edit-beat-log", f"{HERE}::test_a_beat_warns_once_per_change",
+                log=next(m for m in first if "'edited'" in m))
         assert sum("'enabled'" in m and "(enabled again)" in m for m in first) == 1
         sched.refresh()
         sched.refresh()

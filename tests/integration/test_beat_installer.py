@@ -110,8 +110,12 @@ def test_a_stalled_refresh_does_not_revive_a_tick_that_ran_meanwhile(
     installer(base).refresh(entry)  # T0: the ticks of 1..10 min
     clock.now = T0 + timedelta(seconds=58.5)
     ran: list[str] = []
+    routed: list[str] = []
 
     def stalling_route(s: EntrySpec) -> Route:
+        routed.append(s.name)
+        if len(routed) == 1:  # the configuration's shape, before the heartbeat reads the clock
+            return default_route(s)
         clock.now = T0 + timedelta(seconds=61.5)  # the stall: the tick of 60 s is due ...
         env = base.try_poll()
         assert env is not None
@@ -149,7 +153,9 @@ def test_config_change_replaces_future_occurrences_and_logs(
 
 
 def test_removal_is_detected_across_restarts(base: DelayedQueue) -> None:
-    installer(base).refresh({"keep": spec("keep"), "drop": spec("drop")})
+    first = installer(base)
+    first.refresh({"keep": spec("keep"), "drop": spec("drop")})
+    first.retire()  # the process stops
     report = installer(base).refresh({"keep": spec("keep")})  # a new process
     assert report.uninstalled == {"drop": 10}
     assert names(base) == {"keep"}

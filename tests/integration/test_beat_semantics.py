@@ -42,8 +42,12 @@ def entry(name: str, sched: object, **options: object) -> object:
 
 
 def refresh(queue: DelayedQueue, *specs: object) -> object:
+    """A scheduler's single pass: it refreshes once and stops (retires)."""
     inst = Installer(queue, BeatStore(queue.db, queue.table), UTC, SETTINGS)
-    return inst.refresh({s.name: s for s in specs})  # type: ignore[attr-defined]
+    try:
+        return inst.refresh({s.name: s for s in specs})  # type: ignore[attr-defined]
+    finally:
+        inst.retire()
 
 
 def run_all(url: str) -> None:

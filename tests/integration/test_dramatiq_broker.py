@@ -146,7 +146,9 @@ def test_periodic_entries_live_in_their_own_ledger_next_to_celery_beat(
     ledger = DramatiqLedger(broker.db, broker.table)
     assert [i.name for i in ledger.installed()] == ["dramatiq:t-report"]
     assert partitions.count_all(broker.queue, ["dramatiq:q"]) == len(times)
-    # Removing the entry uninstalls its occurrences at the next refresh.
+    # Removing the entry uninstalls its occurrences at the next refresh of a scheduler
+    # restarted without it (the old one stopped: a configuration alive stays in force).
+    scheduler.stop()
     PeriodicScheduler(broker, entries={}).refresh()
     assert partitions.count_all(broker.queue, ["dramatiq:q"]) == 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -156,6 +157,33 @@ def test_migration_13_lets_roles_that_publish_revoke(database_url: str) -> None:
                 q.delete_waiting(["k"])
         with DelayedQueue(urls["producer"], kind="celery") as q:
             assert q.delete_waiting(["k"]) == [("k", "celery")]
+
+
+def test_migration_18_lets_roles_granted_before_it_run_and_read_schedulers(
+        database_url: str) -> None:
+    """Upgrading: a worker role granted before the schedulers' heartbeats existed runs a
+    scheduler once `delayq migrate` ran (it writes the ledger, so it gets the heartbeats' four
+    rights); a monitor reads them; a producer (no ledger rights) gets nothing."""
+    from delayq_beat.installer import Installer
+    from delayq_transport.scheduling.entries import make_spec
+
+    with roles(database_url, "worker", "monitor", "producer") as urls:
+        with psycopg.connect(database_url, autocommit=True) as conn:  # back to version 16
+            conn.execute("DROP TABLE delayq_schedule_schedulers")
+            conn.execute('DELETE FROM delayq_migrations WHERE "version" = 18')
+        with Database(database_url) as db:
+            assert migrate(db, "delayed_queue") == [18]
+        with DelayedQueue(urls["worker"], kind="celery") as q:
+            store = BeatStore(q.db, q.table)
+            inst = Installer(q, store, ZoneInfo("UTC"))
+            assert inst.refresh({"e": make_spec("e", "tasks.t", 60.0)}).in_force
+            inst.retire()
+        count = 'SELECT count(*) FROM "delayq_schedule_schedulers"'
+        with psycopg.connect(urls["monitor"]) as conn:
+            assert conn.execute(count).fetchone() == (1,)
+        with psycopg.connect(urls["producer"]) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(count)
 
 
 @pytest.mark.parametrize("profile", ["producer", "worker"])

@@ -3,7 +3,10 @@ attempt, without Django: an attempt begins RUNNING with its worker appended, end
 FAILED or READY again (a retry), errors accumulate; a result that is final refuses a new
 attempt (the redelivery after a crash between the outcome and the ack); ``get`` reads the
 result and the queue row in one statement; pruning deletes finished results past a
-retention only; the table is shared by queue tables, and uninstall takes a table's rows."""
+retention only; the table is shared by queue tables, and uninstall takes a table's rows.
+Interruptions (migration 17): a RUNNING attempt whose liveness lapsed, or whose row is not held,
+reads as interrupted, with its row's due time; the next claim records it; a given-back attempt
+is READY with its entry, and only that attempt while it runs is changed."""
 
 from __future__ import annotations
 
@@ -14,8 +17,10 @@ import psycopg
 import pytest
 
 from delayq_transport import Database, DelayedQueue, migrate
-from delayq_transport.core import TaskResults
+from delayq_transport.core import Envelope, LostAttempt, TaskResults
+from delayq_transport.core.ledgers import Attempt
 from delayq_transport.core.schema import uninstall
+from delayq_transport.formats.django_tasks import INTERRUPTED_PATH, result_truth
 
 PREFIX = "django:"
 PAYLOAD = {"task": "shop.tasks.add", "args": [1], "kwargs": {}, "backend": "default",
@@ -32,6 +37,15 @@ def _task_json() -> str:
     return json.dumps(PAYLOAD)
 
 
+#: What a claim records of an attempt it finds unsettled (the worker passes the real text).
+LOST = LostAttempt("x.TaskInterrupted", "attempt %s (worker %s) was lost")
+
+
+def start(results: TaskResults, key: str, task_json: str, enqueued_at: int | None,
+          worker: str, at: int, alive_ms: int = 60_000) -> Attempt | None:
+    return results.start(key, task_json, enqueued_at, worker, at, alive_ms=alive_ms, lost=LOST)
+
+
 def test_a_waiting_task_reads_from_its_queue_row_then_from_its_result(
         results: TaskResults) -> None:
     assert results.get("t1") is None
@@ -41,7 +55,7 @@ def test_a_waiting_task_reads_from_its_queue_row_then_from_its_result(
     assert not waiting.leased and waiting.task == PAYLOAD and waiting.worker_ids == []
     [env] = results.queue.try_poll_many(1)
     assert results.get("t1").leased  # type: ignore[union-attr]
-    attempt = results.start("t1", _task_json(), 1_000, "w1", 2_000)
+    attempt = start(results, "t1", _task_json(), 1_000, "w1", 2_000)
     assert attempt is not None and attempt.worker_ids == ["w1"] and attempt.errors == []
     running = results.get("t1")
     assert running is not None and (running.status, running.started_at_ms,
@@ -56,25 +70,25 @@ def test_a_waiting_task_reads_from_its_queue_row_then_from_its_result(
 
 def test_attempts_accumulate_and_a_final_result_refuses_another(results: TaskResults) -> None:
     error = {"exception_class_path": "builtins.ValueError", "traceback": "ValueError: x\n"}
-    assert results.start("t2", _task_json(), None, "w1", 10) is not None
+    assert start(results, "t2", _task_json(), None, "w1", 10) is not None
     results.finish("t2", "READY", 20, finished=False, error=error)
-    second = results.start("t2", _task_json(), None, "w2", 30)
+    second = start(results, "t2", _task_json(), None, "w2", 30)
     assert second is not None and second.worker_ids == ["w1", "w2"]
     assert second.errors == [error] and second.started_at_ms == 10  # the first start stays
     results.finish("t2", "FAILED", 40, finished=True, error=error)
     stored = results.get("t2")
     assert stored is not None and stored.status == "FAILED" and len(stored.errors) == 2
     assert (stored.last_attempted_at_ms, stored.finished_at_ms) == (30, 40)
-    assert results.start("t2", _task_json(), None, "w3", 50) is None  # final: not again
+    assert start(results, "t2", _task_json(), None, "w3", 50) is None  # final: not again
     assert results.get("t2").worker_ids == ["w1", "w2"]  # type: ignore[union-attr]
 
 
 def test_pruning_deletes_finished_results_past_the_retention_only(
         results: TaskResults) -> None:
     for key, finished_at in (("old", 100), ("new", 300)):
-        results.start(key, _task_json(), None, "w", finished_at - 1)
+        start(results, key, _task_json(), None, "w", finished_at - 1)
         results.finish(key, "SUCCESSFUL", finished_at, finished=True, return_json="null")
-    results.start("retrying", _task_json(), None, "w", 50)
+    start(results, "retrying", _task_json(), None, "w", 50)
     results.finish("retrying", "READY", 60, finished=False)
     assert results.prune(200, batch=1) == 1
     assert results.get("old") is None
@@ -87,8 +101,8 @@ def test_the_table_is_shared_and_uninstall_takes_only_a_tables_rows(database_url
         with DelayedQueue(db, kind="django:default:0") as a, \
                 DelayedQueue(db, kind="django:default:0", table="other_queue") as b:
             mine, theirs = TaskResults(a, PREFIX), TaskResults(b, PREFIX)
-            mine.start("same-id", _task_json(), None, "w", 1)
-            theirs.start("same-id", _task_json(), None, "w", 2)
+            start(mine, "same-id", _task_json(), None, "w", 1)
+            start(theirs, "same-id", _task_json(), None, "w", 2)
             assert mine.get("same-id").started_at_ms == 1  # type: ignore[union-attr]
             assert theirs.get("same-id").started_at_ms == 2  # type: ignore[union-attr]
             uninstall(db, "other_queue")
@@ -106,3 +120,67 @@ def test_the_kinds_that_hold_rows_are_found_by_prefix(results: TaskResults) -> N
         results.queue.with_kind(kind).offer(f"{kind}-{len(kind)}-{id(kind)}", b"{}")
     results.queue.with_kind("django:default:7").offer("second", b"{}")
     assert sorted(results.kinds()) == ["django:default:7", "django:mail:-3"]
+
+
+def _claimed(results: TaskResults, key: str, worker: str = "w1", alive_ms: int = 60_000
+             ) -> Envelope:
+    results.queue.offer(key, _task_json().encode())
+    [env] = results.queue.try_poll_many(1)
+    assert start(results, key, _task_json(), None, worker, 100, alive_ms) is not None
+    return env
+
+
+def test_a_lapsed_liveness_reads_interrupted_until_the_next_claim_records_it(
+        results: TaskResults) -> None:
+    env = _claimed(results, "t3")
+    running = results.get("t3")
+    assert running is not None and running.status == "RUNNING" and not running.interrupted
+    assert running.alive_until_ms is not None and running.leased
+    assert results.touch(["t3", "unknown"], 60_000) == 1
+    assert results.touch(["t3"], -1) == 1  # as if its worker stopped touching it a while ago
+    lapsed = results.get("t3")
+    assert lapsed is not None and lapsed.status == "RUNNING" and lapsed.interrupted
+    row = results.queue.get("t3")
+    assert row is not None and lapsed.leased
+    assert lapsed.due_at_ms == row.scheduled_at_ms > env.scheduled_at_ms  # its lease's end
+    assert lapsed.errors == []  # nothing stored: the reader shows it
+    status, errors = result_truth(lapsed)
+    assert status == "READY" and errors[-1]["exception_class_path"] == INTERRUPTED_PATH
+    assert "attempt 1 (worker w1) was interrupted: its worker stopped" in errors[-1]["traceback"]
+    assert "when its lease ends" in errors[-1]["traceback"]
+    second = start(results, "t3", _task_json(), None, "w2", 200)
+    assert second is not None and second.worker_ids == ["w1", "w2"]
+    assert second.errors == [{"exception_class_path": "x.TaskInterrupted",
+                              "traceback": "attempt 1 (worker w1) was lost"}]
+    again = results.get("t3")
+    assert again is not None and again.status == "RUNNING" and not again.interrupted
+
+
+def test_a_given_back_attempt_is_ready_with_its_entry_and_nothing_else_changes(
+        results: TaskResults) -> None:
+    _claimed(results, "t4")
+    entry = {"exception_class_path": INTERRUPTED_PATH, "traceback": "given back\n"}
+    assert not results.interrupt("t4", 2, entry, 300)  # not the running attempt
+    assert results.interrupt("t4", 1, entry, 300)
+    stored = results.get("t4")
+    assert stored is not None and (stored.status, stored.errors) == ("READY", [entry])
+    assert not stored.interrupted and stored.alive_until_ms is None
+    assert not results.interrupt("t4", 1, entry, 400)  # not RUNNING any more
+    assert results.touch(["t4"], 60_000) == 0  # not revived
+    _claimed(results, "t5")
+    results.finish("t5", "SUCCESSFUL", 500, finished=True, return_json="1")
+    assert not results.interrupt("t5", 1, entry, 600)  # an outcome written meanwhile stays
+    assert results.get("t5").status == "SUCCESSFUL"  # type: ignore[union-attr]
+
+
+def test_running_with_its_row_released_or_gone_reads_interrupted(results: TaskResults) -> None:
+    env = _claimed(results, "t6")
+    results.queue.release([env], 30)
+    stored = results.get("t6")
+    assert stored is not None and stored.interrupted and not stored.leased
+    assert stored.due_at_ms is not None and stored.due_at_ms > env.scheduled_at_ms - 60_000
+    assert "runs again from" in result_truth(stored)[1][-1]["traceback"]
+    results.queue.delete("t6")
+    gone = results.get("t6")
+    assert gone is not None and gone.interrupted and gone.due_at_ms is None
+    assert "no longer queued" in result_truth(gone)[1][-1]["traceback"]

@@ -6,9 +6,15 @@ FORMAT JSON) in a transaction rolled back afterwards.
 
 * per task: ``task_results_start`` (insert, or update on conflict, by (tableName, id)),
   ``task_results_finish`` (update by (tableName, id)), ``task_results_get`` (the result by its
-  primary key and the queue row by (pKey, pKind));
+  primary key and the queue row by (pKey, pKind)); ``task_results_touch`` (a worker's running
+  attempts, by (tableName, id)) and ``task_results_interrupt`` (a given-back attempt);
 * per poll: ``try_poll_many`` over a worker's ``django:`` kinds, ``task_kinds`` (the kinds
   that hold rows, a loose index scan);
+* the failure lists and the admin's results (issue 50): ``task_results_walk`` (finished
+  results newest first, by (tableName, finishedAt) backwards), ``task_results_walk_failed`` and
+  ``task_results_failed_since`` (the failed ones, by the partial index of migration 19: one in
+  2,000 results failed), ``task_results_by_ids`` (a page's results and their queue rows),
+  ``task_results_discard`` and ``task_results_reopen`` (by primary key);
 * per prune: ``task_results_prune`` (finished before the retention, by (tableName,
   finishedAt)), in the steady state (a few results expired since the last prune among 1.1M
   kept) and after a backlog (most of a table expired at once, a retention just shortened),
@@ -40,6 +46,7 @@ TABLE = "delayed_queue"
 RESULTS = "delayq_task_results"
 RESULTS_PK = f"{RESULTS}_pkey"
 BY_FINISHED = f"{RESULTS}__by_finished_at"
+FAILED = f"{RESULTS}__failed"
 BY_KIND = f"{TABLE}__KindPlusScheduledAtIndex"
 BY_KEY = f"{TABLE}__PKeyPlusKindUniqueIndex"
 #: Results of this queue table (a tenth more belong to another one), and queue rows.
@@ -103,6 +110,7 @@ def build(url: str) -> None:
                        '3', '[]', '["w1"]', at
                 FROM generate_series(1, %(rows)s) AS g,
                      LATERAL (SELECT CASE WHEN g %% 50 = 0 THEN 'RUNNING'
+                                          WHEN g %% 2000 = 7 THEN 'FAILED'
                                           ELSE 'SUCCESSFUL' END) AS s(status),
                      LATERAL (SELECT CASE WHEN g %% 1500 = 1
                                           THEN %(now)s - %(retention)s - g
@@ -132,7 +140,10 @@ PARAMS: dict[str, Any] = {
     "before": NOW - RETENTION_MS, "now": NOW, "kinds": DJANGO_KINDS,
     "lows": [None] * len(DJANGO_KINDS), "starts": [None] * len(DJANGO_KINDS),
     "floors": [None] * len(DJANGO_KINDS), "want_next": True, "lease_ms": 60_000,
-    "lock": "L",
+    "lock": "L", "alive_ms": 10_000, "lost_class": "x.TaskInterrupted",
+    "lost_template": "attempt %s (worker %s) was lost", "attempt": 1,
+    "before_at": 2**63 - 1, "before_id": "", "lo": -(2**63), "since": NOW - DAY_MS,
+    "cap": 1000, "ids": ["r7", "q8"],
 }
 
 #: case -> (statement, overriding parameters, the indexes its plan must use, runs on the
@@ -141,12 +152,23 @@ CASES: dict[str, tuple[str, dict[str, Any], set[str], bool]] = {
     "start_existing": ("task_results_start", {"id": "r7"}, {RESULTS_PK}, True),
     "start_new": ("task_results_start", {"id": "new-task"}, {RESULTS_PK}, True),
     "finish": ("task_results_finish", {"id": "r7"}, {RESULTS_PK}, True),
+    "touch": ("task_results_touch", {"ids": [hashlib.md5(f"r{g}".encode()).hexdigest()
+                                             for g in range(1, 5)]}, {RESULTS_PK}, True),
+    "interrupt": ("task_results_interrupt", {"id": "r7"}, {RESULTS_PK}, False),
     "get_result": ("task_results_get", {"id": "r7"}, {RESULTS_PK, BY_KEY}, False),
     "get_waiting": ("task_results_get", {"id": "q8"}, {RESULTS_PK, BY_KEY}, False),
     "get_unknown": ("task_results_get", {"id": "nope"}, {RESULTS_PK, BY_KEY}, False),
     "prune_steady": ("task_results_prune", {}, {BY_FINISHED}, True),
     "prune_backlog": ("task_results_prune", {"before": NOW}, {BY_FINISHED}, True),
     "task_kinds": ("task_kinds", {}, {BY_KIND}, True),
+    "walk_finished": ("task_results_walk", {"limit": 500}, {BY_FINISHED}, False),
+    "walk_finished_old": ("task_results_walk", {"limit": 500, "before_at": NOW - 3 * DAY_MS},
+                          {BY_FINISHED}, False),
+    "walk_failed": ("task_results_walk_failed", {"limit": 500}, {FAILED}, False),
+    "failed_since": ("task_results_failed_since", {}, {FAILED}, False),
+    "by_ids": ("task_results_by_ids", {}, {RESULTS_PK, BY_KEY}, False),
+    "discard": ("task_results_discard", {"id": "r7"}, {RESULTS_PK, BY_KEY}, False),
+    "reopen": ("task_results_reopen", {"id": "r7"}, {RESULTS_PK}, False),
     "poll_django_kinds": ("try_poll_many", {}, {BY_KIND}, True),
 }
 
@@ -156,6 +178,7 @@ def md5_ids(params: dict[str, Any]) -> dict[str, Any]:
     out = dict(params)
     if out.get("id") in ("r7", "q8"):
         out["id"] = hashlib.md5(out["id"].encode()).hexdigest()
+    out["ids"] = [hashlib.md5(i.encode()).hexdigest() for i in out["ids"]]
     return out
 
 
@@ -227,3 +250,9 @@ def test_the_rows_the_plans_ran_on_are_there(big: str) -> None:
         kinds = {r[0] for r in conn.execute(q["task_kinds"], PARAMS)}
         assert kinds == set(DJANGO_KINDS)
 
+        walked = conn.execute(q["task_results_walk_failed"], {**PARAMS, "limit": 500}).fetchall()
+        assert len(walked) == 500 and {r[2] for r in walked} == {"FAILED"}
+        finished = [r[1] for r in conn.execute(q["task_results_walk"],
+                                               {**PARAMS, "limit": 500}).fetchall()]
+        assert len(finished) == 500 and finished == sorted(finished, reverse=True)
+        assert 0 < conn.execute(q["task_results_failed_since"], PARAMS).fetchone()[0] < 1000  # type: ignore[index]

@@ -221,3 +221,29 @@ def test_cli_list_show_cancel_reschedule(database_url: str) -> None:
     assert bad.exit_code == 1 and "no task" in bad.output
     bad = runner.invoke(main, ["-d", database_url, "tasks", "reschedule", keys[0]])
     assert bad.exit_code == 2 and "exactly one of --at or --in" in bad.output
+
+
+def test_a_queue_name_selects_its_priority_kinds_of_every_front_end(database_url: str) -> None:
+    """``-Q mail``: Celery's priority kinds of ``mail``, Dramatiq's and Django's task
+    framework's, not their dead letters nor a queue whose name only starts alike;
+    ``dramatiq:mail`` / ``django:mail`` one front end's; a kind by its name."""
+    kinds = {"mail": True, "mail\x06\x166": True, "dramatiq:mail": True,
+             "dramatiq:mail:p2": True, "django:mail:50": True, "django:mail:-3": True,
+             "dramatiq:mail.XQ": False, "django.XQ": False, "celery": False,
+             "mailbox": False, "dramatiq:mailbox": False, "django:mailbox:1": False,
+             "django:default:0": False}
+    with DelayedQueue(database_url, kind="celery") as q:
+        for i, kind in enumerate(kinds):
+            q.with_kind(kind).offer(f"k{i}", b'{"x": 1}', T0 + timedelta(seconds=i))
+    runner = CliRunner()
+
+    def listed(name: str) -> set[str]:
+        result = runner.invoke(main, ["-d", database_url, "tasks", "list", "-Q", name,
+                                      "--json"])
+        assert result.exit_code == 0, result.output
+        return {t["kind"] for t in json.loads(result.output)["tasks"]}
+
+    assert listed("mail") == {k for k, ours in kinds.items() if ours}
+    assert listed("dramatiq:mail") == {"dramatiq:mail", "dramatiq:mail:p2"}
+    assert listed("django:mail") == {"django:mail:50", "django:mail:-3"}
+    assert listed("django:mail:50") == {"django:mail:50"}

@@ -189,4 +189,28 @@ MUTATIONS: list[Mutation] = [
         ["tests/unit/test_cli_errors.py::"
          "test_an_unreachable_database_is_one_line_on_stderr_with_status_4"],
         "a database error goes to stdout, over several lines"),
+    Mutation(
+        "docs-refusal-wrapped-by-kombu", "51.2", "delayq_transport/transport/kombu_transport.py",
+        "    recoverable_channel_errors: tuple[type[BaseException], ...] = ()",
+        "    recoverable_channel_errors = channel_errors",
+        ["tests/integration/test_captured_failures.py::"
+         "test_a_delay_inside_atomic_on_another_database_is_refused",
+         "tests/integration/test_captured_failures.py::test_a_delay_as_a_role_without_grants"],
+        "an exception's propagation: kombu retries a refusal and hands .delay()'s caller its "
+        "OperationalError, while docs/troubleshooting.md shows TransactionRefused and "
+        "PermissionDenied caught as themselves"),
+    Mutation(
+        "docs-unreachable-exit-status", "51.2", "delayq_transport/cli/errors.py",
+        "EXIT_UNAVAILABLE = 4", "EXIT_UNAVAILABLE = 1",
+        ["tests/integration/test_captured_failures.py::"
+         "test_a_command_on_a_database_that_cannot_be_reached"],
+        "an exit status: `delayq` on an unreachable database exits 1, while "
+        "docs/troubleshooting.md shows the captured 4"),
+    Mutation(
+        "docs-default-table-renamed", "51.3", "delayq_transport/cli/main.py",
+        '@click.option("--table", default="delayed_queue"',
+        '@click.option("--table", default="delayq_queue"',
+        ["tests/integration/test_docs_blocks.py::test_the_pages_blocks_run[README.md]"],
+        "a default: `delayq`'s --table default changes, and the `delayq status` README.md "
+        "shows no longer finds the table its worker uses"),
 ]

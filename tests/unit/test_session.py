@@ -308,6 +308,25 @@ def test_every_note_lowers_the_watermark_and_wakes_only_the_subscriptions_of_its
     assert not b.wanted and b.next_due_ms is None
 
 
+def test_a_kind_added_to_an_idle_subscription_polls_at_once_and_wakes_its_waiter(
+        queue: MemoryQueue, session: Session) -> None:
+    """Rows of the added kind were announced before it consumed them: nothing else would poll
+    before the fallback (an hour here). A kind taken away wakes no one."""
+    woken = threading.Event()
+    sub = session.subscribe(["a"], window=10, signal=woken.set)
+    session.poll(sub)
+    waiting = queue.add("b")
+    woken.clear()
+    sub.set_kinds(["a"])
+    assert sub.want(100) == 0 and not woken.is_set(), "nothing added: nothing to poll"
+    sub.set_kinds(["a", "b"])
+    assert woken.is_set(), "a thread waiting on the subscription was not woken"
+    assert [e.id for e in session.poll(sub)] == [waiting]
+    woken.clear()
+    sub.set_kinds(["b"])
+    assert sub.want(100) == 0 and not woken.is_set()
+
+
 class SilentListener:
     """A LISTEN connection on which nothing arrives (a socket pair's quiet end)."""
 

@@ -2,8 +2,9 @@
 
 * The scheduling engine (Celery beat and Dramatiq's periodic actors alike): recurring
   occurrences pre-installed into the queue under config-hash keys (:mod:`.cron`,
-  :class:`CronService`) and its two tables, ``delayq_schedule_entries`` and
-  ``delayq_schedule_installed`` (:mod:`.periodic`); statements in ``schedule.sql``.
+  :class:`CronService`) and its tables, ``delayq_schedule_entries``,
+  ``delayq_schedule_installed`` and ``delayq_schedule_schedulers`` (:mod:`.periodic`);
+  statements in ``schedule.sql``.
 * django-celery-beat's own tables, read and written without Django (:mod:`.djbeat`,
   ``djbeat.sql``).
 * The kombu transport's exchange bindings, shared by every process (:mod:`.bindings`,
@@ -37,6 +38,7 @@ from .periodic import (
     FirstInstall,
     InstalledRow,
     PeriodicStore,
+    Standing,
     newer_occurrence_due,
     sweep_misfired,
 )
@@ -56,6 +58,7 @@ __all__ = [
     "FirstInstall",
     "InstalledRow",
     "PeriodicStore",
+    "Standing",
     "config_hash",
     "copy_direct",
     "copy_record",

@@ -29,7 +29,7 @@ from ..queue.counts import bounded_read
 from ..queue.delayed_queue import DelayedQueue
 from ..queue.timeutil import from_ms, to_ms
 from ..queue.types import Offer, OfferOutcome, StoredMessage
-from ..queue.validate import MAX_KEY_CHARS, like_escape
+from ..queue.validate import MAX_KEY_CHARS, like_escape, validate_key, validate_payload
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +178,26 @@ class CronService:
             log.info("delayq: cron %s switched to config %s (%d old rows removed)",
                      prefix, hash_, deleted)
         return q.offer_batch(offers, can_update, min_lead=self.min_lead)
+
+    def switch(self, config_hash: str, key_prefix: str, messages: Sequence[CronMessage], *,
+               kinds: Sequence[str] = ()) -> tuple[int, list[str]]:
+        """Replace every other configuration of ``key_prefix`` (in this kind and ``kinds``:
+        where it was before a move) by these occurrences, from one instant on: now +
+        ``min_lead``, on the database clock, in one statement (``cron_switch``). Rows due
+        before it stay and run as installed, so no tick is lost or doubled at the switch
+        (``install_tick`` deletes them all, and the new rows start after ``min_lead``).
+        Returns (rows deleted, keys created)."""
+        hash_, prefix = validate_hash(config_hash), validate_prefix(key_prefix)
+        q = self.queue
+        keys = [validate_key(cron_key(prefix, hash_, m.scheduled_at)) for m in messages]
+        params = self._patterns(prefix, hash_) | {
+            "kinds": sorted({q.kind, *kinds}), "keys": keys,
+            "payloads": [validate_payload(m.payload) for m in messages],
+            "ats": [to_ms(m.scheduled_at, what="occurrence") for m in messages],
+            "min_lead_ms": self.min_lead // timedelta(milliseconds=1), "now": q.clock_ms()}
+        row = q.db.fetchone(q.queries["cron_switch"], params)
+        assert row is not None
+        return int(row[0]), list(row[1])
 
     def uninstall_tick(self, config_hash: str, key_prefix: str) -> int:
         """Delete the rows of exactly this configuration; returns how many."""

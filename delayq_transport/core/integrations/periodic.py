@@ -4,11 +4,12 @@ the misfire queries over installed occurrences, and the catch-up of occurrences 
 
 Celery beat (``delayq_beat``) stores its DB-backed entries and enable/disable overrides here,
 and records which entries have occurrences installed under which config hash, so an entry
-removed from the configuration is found and uninstalled after a restart. Two tables, shared by
-every queue table of a database and keyed by ``tableName`` like the migration ledger; declared
-in :mod:`..schema.migrations` (migration 10). Occurrences themselves are ordinary queue rows
-installed by
-:class:`~.cron.CronService`.
+removed from the configuration is found and uninstalled after a restart; every scheduler
+records its heartbeat and configuration, from which schedulers of different configurations
+agree on the one in force (:meth:`PeriodicStore.heartbeat`). Three tables, shared by every
+queue table of a database and keyed by ``tableName`` like the migration ledger; declared in
+:mod:`..schema.migrations` (migrations 10 and 17). Occurrences themselves are ordinary queue
+rows installed by :class:`~.cron.CronService`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,20 @@ class FirstInstall:
     at_ms: int
     installed_until_ms: int
     inserted: bool
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What one scheduler's heartbeat found (``schedule_scheduler_heartbeat``): the clock,
+    the configuration in force and when it was first seen, when the scheduler's own was, and
+    the schedulers alive that do not follow the one in force yet (``process (hash)``)."""
+
+    now_ms: int
+    in_force: str
+    in_force_since_ms: int
+    own_since_ms: int
+    lagging: tuple[str, ...]
+    others: int
 
 
 #: Separates a queue table's name from a ledger namespace in ``tableName``.
@@ -127,6 +142,28 @@ class PeriodicStore:
         """Whether this table has any entry or installed occurrence (cheap: two EXISTS)."""
         row = self.db.fetchone(self.q["schedule_tables_in_use"], self._params())
         return bool(row and row[0])
+
+    def heartbeat(self, scheduler: str, process: str, config_hash: str, entries: int, *,
+                  alive_ms: int, keep_ms: int, now_ms: int | None = None) -> Standing:
+        """Record one scheduler of this ledger (alive for ``alive_ms``) and read which
+        configuration is in force, in one statement (``schedule_scheduler_heartbeat``)."""
+        row = self.db.fetchone(self.q["schedule_scheduler_heartbeat"], self._params(
+            scheduler=scheduler, process=process, hash=config_hash, entries=entries,
+            alive_ms=alive_ms, keep_ms=keep_ms, now=now_ms))
+        assert row is not None
+        return Standing(int(row[0]), str(row[1]), int(row[2]), int(row[3]), tuple(row[4]),
+                        int(row[5]))
+
+    def renew(self, scheduler: str, *, alive_ms: int, now_ms: int | None = None) -> bool:
+        """Keep a scheduler alive for ``alive_ms`` more, if it still is
+        (``schedule_scheduler_renew``); False: its heartbeat had lapsed."""
+        return self.db.fetchone(self.q["schedule_scheduler_renew"], self._params(
+            scheduler=scheduler, alive_ms=alive_ms, now=now_ms)) is not None
+
+    def retire(self, scheduler: str, now_ms: int | None = None) -> None:
+        """The scheduler stops: its heartbeat lapses now (``schedule_scheduler_retire``)."""
+        self.db.execute(self.q["schedule_scheduler_retire"],
+                        self._params(scheduler=scheduler, now=now_ms))
 
     def record_installed(self, rows: Sequence[InstalledRow]) -> None:
         """installedUntil only grows for an unchanged config (see the statement)."""

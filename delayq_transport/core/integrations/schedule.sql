@@ -20,6 +20,33 @@ WHERE "pKind" = %(kind)s
 DELETE FROM {table}
 WHERE "pKind" = %(kind)s AND "pKey" LIKE %(config_pattern)s ESCAPE '\'
 
+-- cron_switch --
+-- An entry's configuration changed (its hash, or its queue kind): on one clock, in one
+-- statement, its waiting rows of any other configuration (in `kinds`) due after now + min_lead
+-- are deleted and the new configuration's occurrences after that same instant inserted. Rows
+-- due sooner stay and run as installed (the new ones are never installed that close, so a
+-- late installer cannot revive a fired tick): at every instant one configuration's
+-- occurrence exists, none is lost at the switch and none doubled. The insert trigger sends
+-- the wake-up. Returns the rows deleted and the keys created.
+WITH n AS (SELECT {now} AS now),
+gone AS (
+    DELETE FROM {table} AS t USING n
+    WHERE t."pKind" = ANY(%(kinds)s::text[]) AND t."pKey" LIKE %(prefix_pattern)s ESCAPE '\'
+      AND NOT (t."pKind" = %(kind)s AND t."pKey" LIKE %(config_pattern)s ESCAPE '\')
+      AND t."lockUuid" IS NULL AND t."scheduledAtInitially" > n.now + %(min_lead_ms)s::bigint
+    RETURNING t."id"
+), ins AS (
+    INSERT INTO {table} ("pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially",
+                         "createdAt")
+    SELECT s.key, %(kind)s::text, s.payload, s.at, s.at, n.now
+    FROM n, unnest(%(keys)b::text[], %(payloads)b::bytea[], %(ats)b::bigint[])
+         AS s(key, payload, at)
+    WHERE s.at > n.now + %(min_lead_ms)s::bigint
+    ON CONFLICT ("pKey", "pKind") DO NOTHING
+    RETURNING "pKey"
+)
+SELECT (SELECT count(*) FROM gone) AS deleted, ARRAY(SELECT "pKey" FROM ins) AS created
+
 -- cron_list --
 -- Installed occurrences of a prefix (all config hashes), soonest first.
 SELECT "id", "pKey", "pKind", "payload", "scheduledAt", "scheduledAtInitially", "lockUuid", "createdAt"
@@ -192,3 +219,72 @@ WITH claim AS (
     RETURNING "pKey"
 )
 SELECT (SELECT count(*) FROM claim) AS claimed, ARRAY(SELECT "pKey" FROM ins) AS created
+
+-- schedule_scheduler_heartbeat --
+-- Where every refresh of a scheduler starts (scheduling/authority.py): it records itself (its
+-- configuration; when any scheduler of this ledger first ran that configuration; a heartbeat
+-- alive until now + `alive_ms`) and reads which configuration is in force: of the
+-- configurations of the schedulers alive, itself included, the one with valid entries (a
+-- count) first seen last (ties: the greater hash). Its row keeps the one it found (`follows`); the schedulers of
+-- that configuration act only once every scheduler alive follows it (`lagging` is empty), so a
+-- refresh another configuration began before the switch has ended by then. Rows lapsed
+-- longer than `keep_ms` go (until then they remember when their configuration was first seen).
+-- Returns the clock the refresh uses as now.
+WITH n AS (SELECT {now} AS now),
+since AS (
+    SELECT COALESCE(min(s."configSince"), min(n.now)) AS at
+    FROM n LEFT JOIN "delayq_schedule_schedulers" AS s
+      ON s."tableName" = %(table_name)s AND s."configHash" = %(hash)s
+     AND (s."schedulerId" = %(scheduler)s OR s."aliveUntil" >= n.now - %(keep_ms)s::bigint)
+),
+alive AS (
+    SELECT s."configHash", s."configSince", s."entries", s."follows", s."process"
+    FROM "delayq_schedule_schedulers" AS s, n
+    WHERE s."tableName" = %(table_name)s AND s."schedulerId" <> %(scheduler)s
+      AND s."aliveUntil" > n.now
+),
+winner AS (
+    SELECT c.hash, c.since FROM (
+        SELECT a."configHash" AS hash, a."configSince" AS since, a."entries" FROM alive AS a
+        UNION ALL
+        SELECT %(hash)s, since.at, %(entries)s::integer FROM since
+    ) AS c
+    ORDER BY c."entries" > 0 DESC, c.since DESC, c.hash DESC
+    LIMIT 1
+),
+pruned AS (
+    DELETE FROM "delayq_schedule_schedulers" AS s USING n
+    WHERE s."tableName" = %(table_name)s AND s."schedulerId" <> %(scheduler)s
+      AND s."aliveUntil" < n.now - %(keep_ms)s::bigint
+),
+me AS (
+    INSERT INTO "delayq_schedule_schedulers" AS s
+        ("tableName", "schedulerId", "process", "configHash", "configSince", "entries",
+         "follows", "seenAt", "aliveUntil")
+    SELECT %(table_name)s, %(scheduler)s, %(process)s, %(hash)s, since.at, %(entries)s,
+           winner.hash, n.now, n.now + %(alive_ms)s::bigint
+    FROM n, since, winner
+    ON CONFLICT ("tableName", "schedulerId") DO UPDATE
+    SET "process" = EXCLUDED."process", "configHash" = EXCLUDED."configHash",
+        "configSince" = EXCLUDED."configSince", "entries" = EXCLUDED."entries",
+        "follows" = EXCLUDED."follows", "seenAt" = EXCLUDED."seenAt",
+        "aliveUntil" = EXCLUDED."aliveUntil"
+)
+SELECT n.now, winner.hash, winner.since, since.at,
+       ARRAY(SELECT a."process" || ' (' || a."configHash" || ')' FROM alive AS a
+             WHERE a."follows" <> winner.hash ORDER BY 1) AS lagging,
+       (SELECT count(*) FROM alive) AS others
+FROM n, winner, since
+
+-- schedule_scheduler_renew --
+-- A refresh that takes long keeps its scheduler alive between its writes, if it still is (a
+-- lapsed one may have been replaced meanwhile: no row, and the refresh stops writing).
+UPDATE "delayq_schedule_schedulers" SET "aliveUntil" = {now} + %(alive_ms)s::bigint
+WHERE "tableName" = %(table_name)s AND "schedulerId" = %(scheduler)s AND "aliveUntil" > {now}
+RETURNING "aliveUntil"
+
+-- schedule_scheduler_retire --
+-- A scheduler that stops: its heartbeat lapses now, so no other waits for it; the row stays
+-- (it remembers when its configuration was first seen) until the heartbeat's `keep_ms`.
+UPDATE "delayq_schedule_schedulers" SET "aliveUntil" = {now}
+WHERE "tableName" = %(table_name)s AND "schedulerId" = %(scheduler)s

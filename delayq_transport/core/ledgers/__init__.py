@@ -26,20 +26,24 @@ from .runs import (
     run_state,
     validate_run_id,
 )
-from .task_results import StoredResult, TaskResults
+from .task_results import Attempt, LostAttempt, ResultSummary, StoredResult, TaskResults, Walked
 
 __all__ = [
+    "Attempt",
     "COMPLETE_PART",
     "DEFAULT_RETENTION_MS",
     "DEMO_QUEUE",
     "DEMO_TABLE",
     "DemoSite",
+    "LostAttempt",
     "Recorded",
+    "ResultSummary",
     "RunLog",
     "RunPart",
     "RunState",
     "StoredResult",
     "TaskResults",
+    "Walked",
     "add_fingerprints",
     "demo_tables",
     "forget_run",

@@ -82,39 +82,77 @@ SELECT task_id, state, at FROM {demo_log} ORDER BY at
 -- A worker of Django's task framework begins an attempt (core/ledgers/task_results.py): the task's
 -- result row is created RUNNING, or marked RUNNING again with this worker appended, unless it is
 -- final already (the outcome was recorded, then the worker died before its ack was flushed: the
--- redelivery is acked without running the task again). No row back: final already.
+-- redelivery is acked without running the task again). No row back: final already. A row still
+-- RUNNING is an attempt that never settled (its worker was killed, or lost the database for a
+-- whole lease): `lost` is appended to its errors, its traceback the caller's `format()` template
+-- filled with that attempt's number and worker. `aliveUntil` (database clock): the attempt's
+-- liveness, renewed by task_results_touch while it runs.
 INSERT INTO "delayq_task_results" AS r
     ("tableName", "id", "task", "status", "enqueuedAt", "startedAt", "lastAttemptedAt",
-     "errors", "workerIds", "updatedAt")
+     "errors", "workerIds", "updatedAt", "aliveUntil")
 VALUES (%(table_name)s, %(id)s, %(task)s::jsonb, 'RUNNING', %(enqueued_at)s::bigint,
         %(at)s::bigint, %(at)s::bigint, '[]'::jsonb, jsonb_build_array(%(worker_id)s::text),
-        %(at)s::bigint)
+        %(at)s::bigint, {now} + %(alive_ms)s::bigint)
 ON CONFLICT ("tableName", "id") DO UPDATE
 SET "status" = 'RUNNING', "lastAttemptedAt" = EXCLUDED."lastAttemptedAt",
-    "workerIds" = r."workerIds" || EXCLUDED."workerIds", "updatedAt" = EXCLUDED."updatedAt"
+    "workerIds" = r."workerIds" || EXCLUDED."workerIds", "updatedAt" = EXCLUDED."updatedAt",
+    "aliveUntil" = EXCLUDED."aliveUntil",
+    "errors" = CASE WHEN r."status" = 'RUNNING' THEN r."errors" || jsonb_build_array(
+        jsonb_build_object('exception_class_path', %(lost_class)s::text,
+                           'traceback', format(%(lost_template)s::text,
+                                               jsonb_array_length(r."workerIds"),
+                                               r."workerIds" ->> -1)))
+        ELSE r."errors" END
 WHERE r."status" NOT IN ('SUCCESSFUL', 'FAILED')
 RETURNING r."startedAt", r."workerIds", r."errors"
 
+-- task_results_touch --
+-- The attempts a worker is running are alive (core/ledgers/task_results.py): their liveness is
+-- pushed `alive_ms` past the database clock, a few times per that span. A reader takes a RUNNING
+-- result whose liveness lapsed for interrupted (task_results_get), long before the queue row's
+-- lease would tell. Only RUNNING rows: a settled or given-back attempt is not revived.
+UPDATE "delayq_task_results" SET "aliveUntil" = {now} + %(alive_ms)s::bigint
+WHERE "tableName" = %(table_name)s AND "id" = ANY(%(ids)s::text[]) AND "status" = 'RUNNING'
+
+-- task_results_interrupt --
+-- A worker gives an attempt back unsettled (its shutdown timeout ran out, or its outcome could not
+-- be written): READY again, the interruption appended to its errors, before the queue row is
+-- released. Only that attempt (its number is the length of workerIds) and only while it is
+-- RUNNING: an outcome written meanwhile, or a later attempt, is left alone. No row back: left
+-- alone.
+UPDATE "delayq_task_results"
+SET "status" = 'READY', "errors" = "errors" || %(errors)s::jsonb, "aliveUntil" = NULL,
+    "updatedAt" = %(at)s::bigint
+WHERE "tableName" = %(table_name)s AND "id" = %(id)s AND "status" = 'RUNNING'
+  AND jsonb_array_length("workerIds") = %(attempt)s
+RETURNING 1
+
 -- task_results_finish --
 -- An attempt's outcome: SUCCESSFUL or FAILED with its finish time, or READY again while a retry
--- waits; its error (if any) appended, its return value (JSON) kept. Written before the queue
--- row's ack.
+-- waits; its error (if any) appended, its return value (JSON) kept, its liveness cleared.
+-- Written before the queue row's ack.
 UPDATE "delayq_task_results"
 SET "status" = %(status)s, "finishedAt" = %(finished_at)s::bigint,
     "returnValue" = %(return_value)s::jsonb, "errors" = "errors" || %(errors)s::jsonb,
-    "updatedAt" = %(at)s::bigint
+    "updatedAt" = %(at)s::bigint, "aliveUntil" = NULL
 WHERE "tableName" = %(table_name)s AND "id" = %(id)s
 
 -- task_results_get --
 -- One task by key: its result row (none until a worker started it) and its queue row, waiting
 -- or leased, among the kinds that start with `prefix` (found by the (pKey, pKind) index).
--- Always one row: both sides NULL means no such task.
+-- Always one row: both sides NULL means no such task. `interrupted`: the result says RUNNING but
+-- nothing runs it: its attempt's liveness lapsed (its worker was killed or lost the database),
+-- or its queue row is not held (given back unsettled) or gone; `scheduledAt` then says when it
+-- runs again (a held row's lease end).
 SELECT r."task", r."status", r."enqueuedAt", r."startedAt", r."lastAttemptedAt",
-       r."finishedAt", r."returnValue", r."errors", r."workerIds", q."payload", q."lockUuid"
+       r."finishedAt", r."returnValue", r."errors", r."workerIds", q."payload", q."lockUuid",
+       q."scheduledAt", r."aliveUntil",
+       r."status" = 'RUNNING' AND (COALESCE(r."aliveUntil" < {now}, false)
+                                   OR q."lockUuid" IS NULL) AS interrupted
 FROM (SELECT 1) AS one
 LEFT JOIN "delayq_task_results" AS r ON r."tableName" = %(table_name)s AND r."id" = %(id)s
 LEFT JOIN LATERAL (
-    SELECT "payload", "lockUuid" FROM {table}
+    SELECT "payload", "lockUuid", "scheduledAt" FROM {table}
     WHERE "pKey" = %(id)s AND starts_with("pKind", %(prefix)s)
     LIMIT 1
 ) AS q ON true
@@ -135,6 +173,90 @@ WHERE ctid = ANY(ARRAY(
     LIMIT %(limit)s
 ))
 
+-- task_results_failed_index --
+-- Migration 19: the failed results of each queue table, newest first, for the failure lists
+-- (`delayq tasks list --state failed`, the page, the admin) and the health check's count. A
+-- partial index: a successful task never enters it, so the workers' writes per task are the
+-- same as before; a failed one adds one entry.
+CREATE INDEX IF NOT EXISTS "delayq_task_results__failed"
+ON "delayq_task_results" ("tableName", "finishedAt")
+WHERE "status" = 'FAILED'
+
+-- task_results_walk --
+-- Finished results (SUCCESSFUL or FAILED), newest first after the keyset cursor (finishedAt,
+-- id), at most `limit`, from the (tableName, finishedAt) index read backwards; with what a
+-- list filters on (status, queue, task) and nothing heavy: the caller filters and then reads
+-- the page's rows (task_results_by_ids). `lo` bounds how far back.
+SELECT r."id", r."finishedAt", r."status", r."task"->>'queue', r."task"->>'task'
+FROM "delayq_task_results" AS r
+WHERE r."tableName" = %(table_name)s
+  AND r."finishedAt" >= %(lo)s::bigint AND r."finishedAt" <= %(before_at)s::bigint
+  AND (r."finishedAt", r."id") < (%(before_at)s::bigint, %(before_id)s::text)
+ORDER BY r."finishedAt" DESC, r."id" DESC
+LIMIT %(limit)s
+
+-- task_results_walk_failed --
+-- task_results_walk for FAILED results only, from the partial index of migration 19: the
+-- failures of a table whose results are mostly successes cost what the failures do.
+SELECT r."id", r."finishedAt", r."status", r."task"->>'queue', r."task"->>'task'
+FROM "delayq_task_results" AS r
+WHERE r."tableName" = %(table_name)s AND r."status" = 'FAILED'
+  AND r."finishedAt" >= %(lo)s::bigint AND r."finishedAt" <= %(before_at)s::bigint
+  AND (r."finishedAt", r."id") < (%(before_at)s::bigint, %(before_id)s::text)
+ORDER BY r."finishedAt" DESC, r."id" DESC
+LIMIT %(limit)s
+
+-- task_results_by_ids --
+-- Results by id (a page of a list, the retrying check of a listing's django.tasks rows), with
+-- the last error only, the attempts, and the task's queue row if it still has one (waiting for
+-- its retry, or leased), found by the (pKey, pKind) index.
+SELECT r."id", r."task", r."status", r."enqueuedAt", r."startedAt", r."lastAttemptedAt",
+       r."finishedAt", r."updatedAt", r."errors"->-1, jsonb_array_length(r."errors"),
+       jsonb_array_length(r."workerIds"), q."id", q."scheduledAt", q."lockUuid"
+FROM "delayq_task_results" AS r
+LEFT JOIN LATERAL (
+    SELECT "id", "scheduledAt", "lockUuid" FROM {table}
+    WHERE "pKey" = r."id" AND starts_with("pKind", %(prefix)s)
+    LIMIT 1
+) AS q ON true
+WHERE r."tableName" = %(table_name)s AND r."id" = ANY(%(ids)s::text[])
+
+-- task_results_reopen --
+-- Retry a failed task (core/ledgers/task_results.py): its result READY again, unfinished, its
+-- errors and workers kept, in the transaction that offers its row anew (the caller rolls back
+-- when the row cannot be offered). No row back: it is not FAILED (retried or discarded
+-- meanwhile, pruned, or never failed).
+UPDATE "delayq_task_results"
+SET "status" = 'READY', "finishedAt" = NULL, "updatedAt" = %(at)s::bigint
+WHERE "tableName" = %(table_name)s AND "id" = %(id)s AND "status" = 'FAILED'
+RETURNING "task"
+
+-- task_results_discard --
+-- Forget a task that failed or waits for a retry: its waiting row (if any, and not held by a
+-- worker) and its result, unless the result is SUCCESSFUL or a worker runs it (RUNNING). One
+-- statement: the counts say what went.
+WITH q AS (
+    DELETE FROM {table}
+    WHERE "pKey" = %(id)s AND starts_with("pKind", %(prefix)s) AND "lockUuid" IS NULL
+    RETURNING "pKey"
+), r AS (
+    DELETE FROM "delayq_task_results"
+    WHERE "tableName" = %(table_name)s AND "id" = %(id)s
+      AND ("status" = 'FAILED' OR ("status" = 'READY' AND "id" IN (SELECT "pKey" FROM q)))
+    RETURNING "id"
+)
+SELECT (SELECT count(*) FROM q), (SELECT count(*) FROM r)
+
+-- task_results_failed_since --
+-- Failed results of a table that finished at or after `since`, counted up to `cap` (the health
+-- check): the partial index of migration 19.
+SELECT count(*) FROM (
+    SELECT 1 FROM "delayq_task_results"
+    WHERE "tableName" = %(table_name)s AND "status" = 'FAILED'
+      AND "finishedAt" >= %(since)s::bigint
+    LIMIT %(cap)s
+) AS x
+
 -- task_kinds --
 -- The kinds that hold rows and start with `prefix`, by a loose index scan of the (pKind,
 -- scheduledAt) index: one descent per distinct kind of the table, whatever the rows per kind.
@@ -148,3 +270,8 @@ WITH RECURSIVE k AS (
     FROM k WHERE k.kind IS NOT NULL
 )
 SELECT kind FROM k WHERE kind IS NOT NULL AND starts_with(kind, %(prefix)s)
+
+-- task_results_alive_column --
+-- Migration 17: each attempt's liveness (core/ledgers/task_results.py), so a reader can tell a
+-- RUNNING result that nothing runs any more. Nullable, no default: no rewrite of the table.
+ALTER TABLE "delayq_task_results" ADD COLUMN IF NOT EXISTS "aliveUntil" BIGINT

@@ -120,17 +120,36 @@ class Options(Mapping[str, Option]):
         """Every declared option's value: ``values[name]`` passed through the option's
         :class:`Check`, or the declared default when missing (None is a value here: an
         option whose check accepts it gives None a meaning). Raises :class:`InvalidInput`
-        naming ``where`` and the option for an unknown name or a refused value."""
+        naming ``where`` and the option for an unknown name or a refused value (the first
+        of :meth:`problems`)."""
+        problems = self.problems(values, where)
+        if problems:
+            raise InvalidInput(problems[0])
+        return {name: self.checked(name, values[name], where) if name in values
+                else option.default for name, option in self._by_name.items()}
+
+    def problems(self, values: Mapping[str, Any], where: str) -> list[str]:
+        """Everything :meth:`parse` would refuse in ``values``, one sentence each: the
+        unknown names (with the closest known one), then each refused value in declaration
+        order. A report (a system check) lists them all; ``parse`` raises the first."""
+        if not isinstance(values, Mapping):
+            return [f"{where}: expected a dict of options, got {values!r}"]
+        out = []
         unknown = sorted(set(values) - set(self._by_name), key=str)
         if unknown:
             known = ", ".join(self._by_name)
             hints = [f"{name!r} (did you mean {close[0]!r}?)" if (
                 close := difflib.get_close_matches(str(name), self._by_name, n=1)) else
                 repr(name) for name in unknown]
-            raise InvalidInput(f"{where}: unknown option{'s' if len(unknown) > 1 else ''} "
-                               f"{', '.join(hints)}; the options are {known}")
-        return {name: self.checked(name, values[name], where) if name in values
-                else option.default for name, option in self._by_name.items()}
+            out.append(f"{where}: unknown option{'s' if len(unknown) > 1 else ''} "
+                       f"{', '.join(hints)}; the options are {known}")
+        for name in self._by_name:
+            if name in values:
+                try:
+                    self.checked(name, values[name], where)
+                except InvalidInput as exc:
+                    out.append(str(exc))
+        return out
 
     def checked(self, name: str, value: Any, where: str, label: str | None = None) -> Any:
         """``value`` for option ``name`` passed through its :class:`Check` (as given when it

@@ -163,6 +163,7 @@ class Subscription:
         self.signal = signal
         self.deliver = deliver
         self._order = order if order is not None else ordered.copy
+        self._given_order = order is not None
         self.keep = keep
         #: Poll at the next chance (start-up, a wake-up, an error, notifications lost).
         self.wanted = True
@@ -173,6 +174,18 @@ class Subscription:
         self.last_poll = 0.0
         self.closed = False
         self.held: dict[tuple[int, str], Envelope] = {}
+
+    def set_kinds(self, kinds: Iterable[str]) -> None:
+        """Consume these kinds from now on (a queue added or cancelled at run time). An added
+        kind's rows may be waiting already, their NOTIFY gone to no one: it polls at the next
+        chance, not at the fallback poll."""
+        ordered = list(dict.fromkeys(kinds))
+        added = not self.kinds.issuperset(ordered)
+        self.kinds = set(ordered)
+        if not self._given_order:
+            self._order = ordered.copy
+        if added:
+            self.session.wake([self])
 
     def order(self) -> list[str]:
         return self._order()

@@ -122,6 +122,7 @@ LOCK_BLOCKS = {
     "none": "nothing",
     "ROW EXCLUSIVE": "nothing delayq runs (only DDL that takes SHARE or stronger)",
     "SHARE UPDATE EXCLUSIVE": "no reads or writes; VACUUM, ANALYZE and other schema changes wait",
+    "SHARE": "writes (inserts, updates, deletes); reads go on",
     "SHARE ROW EXCLUSIVE": "publishes, polls, acks and lease updates; reads go on",
     "ACCESS EXCLUSIVE": "everything on the table, reads included",
 }
@@ -225,6 +226,50 @@ def periodic_tables(metadata: MetaData | None = None, *,
     return [entries, installed]
 
 
+#: Migration 18: one row per running scheduler (its configuration, heartbeat and what it found in
+#: force), from which schedulers of different configurations agree on one
+#: (delayq_transport/scheduling/authority.py).
+SCHEDULERS_TABLE = "delayq_schedule_schedulers"
+
+
+def schedulers_table(metadata: MetaData | None = None) -> Table:
+    """Migration 18's table, keyed by the ledger's ``tableName`` (``<table>`` or
+    ``<table>#<namespace>``: Text, so a namespaced name never overflows) and a scheduler id.
+    ``configSince`` is when its configuration was first seen by any scheduler, ``entries`` how
+    many of its entries are valid, ``follows`` the
+    configuration it found in force at its last refresh, ``aliveUntil`` when its heartbeat
+    lapses (times in epoch ms, on the database clock)."""
+    from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, Text
+
+    return Table(
+        SCHEDULERS_TABLE, metadata or MetaData(),
+        Column("tableName", Text, primary_key=True),
+        Column("schedulerId", String(32), primary_key=True),
+        Column("process", Text, nullable=False),
+        Column("configHash", String(32), nullable=False),
+        Column("configSince", BigInteger, nullable=False),
+        Column("entries", Integer, nullable=False),
+        Column("follows", String(32), nullable=False),
+        Column("seenAt", BigInteger, nullable=False),
+        Column("aliveUntil", BigInteger, nullable=False),
+    )
+
+
+def _create_schedulers_table(conn: psycopg.Connection[Any], q: Queries) -> None:
+    """Migration 18 (idempotent: CREATE ... IF NOT EXISTS, the table is shared). The roles
+    granted on the scheduling ledger get the same on it (writers all four rights, readers
+    SELECT), so a scheduler or a monitor granted before the upgrade keeps working."""
+    for statement in ddl(schedulers_table()):
+        conn.execute(statement)
+    row = conn.execute(q["table_schema"]).fetchone()
+    assert row is not None
+    for role, writes in conn.execute(q["schedule_ledger_grantees"]).fetchall():
+        block = "schema_schedulers_grant_writer" if writes else "schema_schedulers_grant_reader"
+        for statement in schema_statements(block, table=q.table, schema=str(row[0]),
+                                           role=str(role)):
+            conn.execute(statement)
+
+
 def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
     """Migration 10 (idempotent: CREATE ... IF NOT EXISTS), under the names it was released
     with; migration 16 renames them."""
@@ -296,6 +341,9 @@ MIGRATIONS: list[Migration] = [
               "and delayq_beat_installed become delayq_schedule_entries and "
               "delayq_schedule_installed", _rename_schedule_tables, lock="ACCESS EXCLUSIVE",
               lock_on=f"{LEGACY_ENTRIES_TABLE} and {LEGACY_INSTALLED_TABLE}"),
+    Migration(18, "the scheduling engine's schedulers: which configuration is in force when "
+              "schedulers of different releases run at once", _create_schedulers_table,
+              lock="none"),
 ]
 
 

@@ -63,6 +63,17 @@ JOIN pg_roles AS r ON r.oid = a.grantee
 WHERE c.oid = {table_literal}::regclass AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
 ORDER BY 1
 
+-- schedule_ledger_grantees --
+-- Roles (not PUBLIC, not the owner) granted on the scheduling ledger, and whether they may
+-- write it (they run schedulers) or only read it: migration 18 gives them the same on the
+-- schedulers' heartbeats, so roles granted before it keep working (least privilege kept).
+SELECT r.rolname, bool_or(a.privilege_type IN ('INSERT', 'UPDATE', 'DELETE')) AS writes
+FROM pg_class AS c CROSS JOIN LATERAL aclexplode(c.relacl) AS a
+JOIN pg_roles AS r ON r.oid = a.grantee
+WHERE c.oid = to_regclass('"delayq_schedule_installed"') AND a.grantee <> c.relowner
+GROUP BY r.rolname
+ORDER BY 1
+
 -- table_persistence --
 -- 'p' (logged) or 'u' (unlogged) for the queue table: the opt-in unlogged mode (issue 11).
 SELECT c.relpersistence FROM pg_class AS c WHERE c.oid = {table_literal}::regclass
@@ -260,6 +271,11 @@ DELETE FROM {migrations} WHERE "tableName" = %(table_name)s
 WITH entries AS (DELETE FROM "delayq_schedule_entries" WHERE "tableName" = %(table_name)s)
 DELETE FROM "delayq_schedule_installed" WHERE "tableName" = %(table_name)s
 
+-- uninstall_forget_schedulers --
+-- The table's rows in the schedulers' heartbeats (migration 18), every front end's namespace.
+DELETE FROM "delayq_schedule_schedulers"
+WHERE "tableName" = %(table_name)s OR starts_with("tableName", %(table_name)s || '#')
+
 -- uninstall_forget_task_results --
 -- The table's task results (core/ledgers/task_results.py).
 DELETE FROM "delayq_task_results" WHERE "tableName" = %(table_name)s
@@ -267,7 +283,7 @@ DELETE FROM "delayq_task_results" WHERE "tableName" = %(table_name)s
 -- uninstall_drop_shared --
 -- The tables every queue table of the database shares, once no queue table is left.
 DROP TABLE IF EXISTS {migrations}, "delayq_schedule_entries", "delayq_schedule_installed",
-    "delayq_task_results"
+    "delayq_schedule_schedulers", "delayq_task_results"
 
 -- Blocks named schema_* take {schema} (the queue table's schema) and, for grants, {role} as
 -- extra identifiers, like the grant_* blocks below; core/schema/migrations.py renders them at migration.
@@ -294,6 +310,14 @@ REVOKE ALL ON FUNCTION {schema}.{revoke_fn}(text[]) FROM PUBLIC
 -- Migration 13: a role that may INSERT (publish) may revoke a waiting task by key.
 GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
+-- schema_schedulers_grant_writer --
+-- Migration 18: a role that writes the scheduling ledger (a scheduler's) records heartbeats.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_schedule_schedulers" TO {role}
+
+-- schema_schedulers_grant_reader --
+-- Migration 18: a role that reads the scheduling ledger (a monitor's) reads the heartbeats.
+GRANT SELECT ON {schema}."delayq_schedule_schedulers" TO {role}
+
 -- Least-privilege GRANTs printed by `delayq grants` (never run by delayq itself). Blocks named
 -- grant_* take {role} and {schema} as extra identifiers; see docs/how-to/roles.md.
 
@@ -318,8 +342,10 @@ GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_task_results" TO {role}
 
 -- grant_beat --
--- celery beat with the delayq scheduler (run it as the worker role): its two state tables.
-GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed" TO {role}
+-- Schedulers (celery beat with the delayq scheduler, run as the worker role; the Dramatiq and
+-- django.tasks workers' own): the entries, the ledger and the schedulers' heartbeats (each
+-- heartbeat also deletes rows lapsed for a week).
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed", {schema}."delayq_schedule_schedulers" TO {role}
 
 -- grant_producer --
 -- Applications that only publish (apply_async): INSERT rows, read the queue size kombu asks for
@@ -343,5 +369,6 @@ GRANT SELECT ON {schema}."delayq_task_results" TO {role}
 -- pg_stat_activity shows other roles' transactions (without it only this role's own are seen).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.{table}, {schema}.{bindings}, {schema}.{migrations} TO {role};
-GRANT SELECT ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed" TO {role};
+GRANT SELECT ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed",
+    {schema}."delayq_schedule_schedulers" TO {role};
 GRANT pg_monitor TO {role}

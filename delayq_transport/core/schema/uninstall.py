@@ -30,13 +30,15 @@ from ..db.queries import (
 from .migrations import (
     ENTRIES_TABLE,
     INSTALLED_TABLE,
+    SCHEDULERS_TABLE,
     bindings_table,
     queue_table,
     runs_table,
     serialise_schema_work,
 )
 
-SHARED_TABLES = (MIGRATIONS_TABLE, ENTRIES_TABLE, INSTALLED_TABLE, RESULTS_TABLE)
+SHARED_TABLES = (MIGRATIONS_TABLE, ENTRIES_TABLE, INSTALLED_TABLE, SCHEDULERS_TABLE,
+                 RESULTS_TABLE)
 #: ``relkind`` of the relations uninstall drops: ordinary tables (and their id sequence).
 TABLE_KIND = "r"
 SEQUENCE_KIND = "S"
@@ -65,6 +67,7 @@ class UninstallPlan:
     other_tables: list[str] = field(default_factory=list)
     demo_log: bool = False
     schedule_tables: bool = False
+    schedulers_table: bool = False
     results_table: bool = False
     shared: list[str] = field(default_factory=list)
 
@@ -111,6 +114,10 @@ def plan_uninstall(db: Database, table: str) -> UninstallPlan:
     if plan.schedule_tables:
         plan.drop.append(DbObject("rows", f"{ENTRIES_TABLE}, {INSTALLED_TABLE}",
                                   f"the schedule entries of {table}"))
+    plan.schedulers_table = SCHEDULERS_TABLE in found
+    if plan.schedulers_table:
+        plan.drop.append(DbObject("rows", SCHEDULERS_TABLE,
+                                  f"the schedulers' heartbeats of {table}"))
     plan.results_table = RESULTS_TABLE in found
     if plan.results_table:
         plan.drop.append(DbObject("rows", RESULTS_TABLE, f"the task results of {table}"))
@@ -162,6 +169,8 @@ def uninstall(db: Database, table: str, *, lock_timeout: str = "5s") -> Uninstal
             conn.execute(q["uninstall_forget_ledger"], {"table_name": table})
             if plan.schedule_tables:
                 conn.execute(q["uninstall_forget_schedule"], {"table_name": table})
+            if plan.schedulers_table:
+                conn.execute(q["uninstall_forget_schedulers"], {"table_name": table})
             if plan.results_table:
                 conn.execute(q["uninstall_forget_task_results"], {"table_name": table})
             if plan.shared:

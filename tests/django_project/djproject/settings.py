@@ -12,9 +12,10 @@
   ``DJANGO_TASK_QUEUE``: the default queue (``celery``);
 * ``DJANGO_BEAT_APPS``: ``1`` adds what a team on django-celery-beat runs: ``django_celery_beat``,
   ``django_celery_results`` (the result backend ``django-db``) and the admin (with auth,
-  sessions and messages, at ``/admin/``); ``DJANGO_BEAT_SCHEDULER``, ``DJANGO_BEAT_SOURCE``,
-  ``DJANGO_BEAT_REFRESH``: Celery's ``beat_scheduler`` and delayq_beat's
-  ``delayq_beat_source`` / ``delayq_beat_refresh_interval`` (seconds);
+  sessions, messages and static files, at ``/admin/``) with delayq's admin app;
+  ``DJANGO_BEAT_SCHEDULER``, ``DJANGO_BEAT_SOURCE``, ``DJANGO_BEAT_REFRESH``: Celery's
+  ``beat_scheduler`` and delayq_beat's ``delayq_beat_source`` /
+  ``delayq_beat_refresh_interval`` (seconds);
 * ``DJANGO_TASKS_OPTIONS``: JSON, the ``OPTIONS`` of ``TASKS["default"]``, delayq's backend of
   Django's task framework (Django 6, or the django-tasks backport on older Django, then also in
   ``INSTALLED_APPS`` unless ``DJANGO_TASKS_APP=0``; without either ``TASKS`` is not set, unless
@@ -96,7 +97,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 if os.environ.get("DJANGO_BEAT_APPS") == "1":
     INSTALLED_APPS += ["django_celery_beat", "django_celery_results", "django.contrib.admin",
                        "django.contrib.auth", "django.contrib.contenttypes",
-                       "django.contrib.sessions", "django.contrib.messages"]
+                       "django.contrib.sessions", "django.contrib.messages",
+                       "django.contrib.staticfiles", "delayq_transport.django.admin"]
+    STATIC_URL = "/static/"
     MIDDLEWARE = ["django.contrib.sessions.middleware.SessionMiddleware",
                   "django.middleware.csrf.CsrfViewMiddleware",
                   "django.contrib.auth.middleware.AuthenticationMiddleware",

@@ -1,1 +1,1 @@
-"""``manage.py delayq_worker`` (:mod:`.delayq_worker`)."""
+"""``manage.py delayq_worker``, ``delayq_migrate``, ``delayq_prune``, ``delayq_health``."""
