@@ -4,7 +4,7 @@ a slow fallback poll for missed notifications, and an idle worker that leaves th
 Consumers run with a fallback poll of 30 s where the point is that something *else* woke them:
 a delivery within the few seconds a test waits for it (``drain_events(timeout=...)``, which
 raises when nothing came) can then only come from NOTIFY or the due-time timer. How fast they
-come is measured in bench/ (``bench_celery.py``: pick-up latency and lateness).
+come is measured in bench/ (``bench/run.py``'s latency scenario: pick-up and lateness).
 """
 
 from __future__ import annotations

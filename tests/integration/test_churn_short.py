@@ -1,9 +1,8 @@
-"""The short mode of ``bench/bench_churn.py`` (issue 10, part 3): a fixed load with 100k
-far-future rows for 13 s delivers every row once, its polls read a few index pages each (they
-stop at now, never walking the far-future rows), and the table grows no more than the rows
-it churned can explain. Rate, pick-up latency
-and poll time are the benchmark's to measure (``bench/bench_churn.py``; the hour-long run is a
-documented command, docs/explanation/scaling.md)."""
+"""The churn scenario's load, short (``bench/apps/steady.py``; issue 10, part 3): a fixed
+load with 100k far-future rows for 13 s delivers every row once, its polls read a few index
+pages each (they stop at now, never walking the far-future rows), and the table grows no more
+than the rows it churned can explain. Rate, pick-up latency and poll time are the
+benchmark's to measure (the ``churn`` scenario of ``bench/run.py``)."""
 
 from __future__ import annotations
 
@@ -13,9 +12,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "apps"))
 
-from _steady import SteadyConfig, SteadyRun, prepare  # noqa: E402
+from steady import SteadyConfig, SteadyRun, prepare  # noqa: E402
 
 RATE = 200.0
 SECONDS = 13.0

@@ -3,7 +3,7 @@ bounded number of index entries whatever the table holds, on a freshly bulk-load
 statistics yet, the case where the planner chose a bitmap scan of the whole kind) and after
 ANALYZE. A few hundred thousand rows keep the test affordable; the guard is size-independent:
 each statement's plan walks an index (no seq/bitmap scan, no sort, no JIT) and EXPLAIN ANALYZE
-shows it touched a small, fixed number of pages. bench/bench_counts.py times the same at 10M;
+shows it touched a small, fixed number of pages;
 test_reads_at_size.py checks every read of the status and the web page at 2M rows.
 """
 

@@ -9,7 +9,8 @@ descends to a leaf among them rather than past the end of the key index.
 What may grow: one more b-tree level per index descent (10k keys fit under a root of two
 levels, 300k need three). A statement that walked the far-future rows, scanned the kind, or
 fetched heap pages per far row would touch thousands more. The benchmark with real sizes and
-a Celery worker is ``bench/bench_scale.py`` (docs/benchmarks.md, "Celery at scale").
+a Celery worker is the ``scale`` scenario of ``bench/run.py`` (docs/benchmarks.md, "Millions of
+waiting rows").
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ would JIT everything.
 
 The 10M-row table is simulated in a second: 50k real rows, analyzed, then ``reltuples``
 scaled so the planner sees 10M rows over the same pages (it multiplies the density by the
-table's actual size). ``bench/bench_scale.py`` measures the real thing.
+table's actual size). The ``scale`` scenario of ``bench/run.py`` measures the real thing.
 """
 
 from __future__ import annotations

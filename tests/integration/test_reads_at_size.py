@@ -13,7 +13,6 @@ pool the code under test uses, reporting each statement's plan with ANALYZE and 
 NOTICE): the statements, settings, transactions and custom or generic plans are delayq's own.
 Each read must stay on an index (no sequential or bitmap scan of the queue table) and read a
 bounded number of rows, whether its range holds nothing or more than its cap.
-``bench/bench_web.py`` times every page at 5M rows, nothing due and much due.
 """
 
 from __future__ import annotations
@@ -228,7 +227,7 @@ def assert_bounded(plans: list[tuple[str, dict[str, Any]]], what: str) -> None:
 # -- the reads -------------------------------------------------------------------------------
 
 def web_calls(now: int) -> list[str]:
-    """Every page and API call of ``delayq web`` that reads (bench/bench_web.py's list)."""
+    """Every page and API call of ``delayq web`` that reads."""
     hour_ahead = now + 3 * HOUR_MS
     return [
         "/", "/?hours=168", "/api/overview", "/api/timeline?hours=168&buckets=56", "/tasks",

@@ -5,7 +5,6 @@ The machine's shared server (127.0.0.1:5432) serves every other test and enginee
 here touches it. Each cluster is ``initdb``-ed into a temporary directory owned by the
 ``postgres`` user (PostgreSQL refuses to run as root), listens on 127.0.0.1 on a port of its
 own and on a Unix socket inside that directory, and is deleted by :meth:`Cluster.destroy`.
-``bench/bench_failover.py`` uses the same class.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The failover drill: a primary killed under load, its standby promoted, everything counted.
 
-Shared by ``test_failover.py`` (which asserts) and ``bench/bench_failover.py`` (which measures
-it round after round). One drill:
+Used by ``test_failover.py``, which asserts on it. One drill:
 
 1. a primary and its streaming standby (``pg_basebackup -R``; synchronous replication or not),
    a queue database on them, and a results database on the shared server, which never dies;

@@ -1,5 +1,5 @@
 """Processes the topology tier starts (workers, beat, dramatiq, ``delayq``), and where their
-Python path comes from; shared by the tests and ``bench/bench_failover.py``."""
+Python path comes from."""
 
 from __future__ import annotations
 

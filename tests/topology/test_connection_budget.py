@@ -6,7 +6,7 @@ the documented budget options (``single_pool``, ``pool_size=2``) each main proce
 most its pool and a LISTEN, each child one connection: nothing is refused ("too many
 clients"), every task runs, and the most connections seen at once stay within the budget
 ``docs/how-to/managed-service.md`` gives. With the defaults the same run needs ~48 (two pools per
-process; bench/connection_budget.py).
+process).
 """
 
 from __future__ import annotations

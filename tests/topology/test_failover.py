@@ -3,8 +3,7 @@
 With synchronous replication and ``durable_publish=True`` (and ``durable_acks=True``, so an
 acknowledged tick stays acknowledged on the standby), nothing ``apply_async`` returned for is
 lost, no beat tick runs twice, and the same worker process, beat process and producer go on
-by themselves on the promoted standby. ``bench/bench_failover.py`` measures the same drill
-with the defaults (asynchronous replication, ``durable_publish=False``): what they lose.
+by themselves on the promoted standby.
 """
 
 from __future__ import annotations

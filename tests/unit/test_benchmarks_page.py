@@ -1,17 +1,17 @@
-"""Measured figures live in docs/benchmarks.md (and README's table rendered with it), written
-from bench/results/*.json by the benchmarks' own writers with one rounding rule.
+"""Measured figures live in docs/benchmarks.md and README's table, rendered by bench/render.py
+from the records of bench/results/*.json through the templates of bench/templates:
 
-* ``python bench/render_docs.py --check``: the page's generated sections (the targets table
-  included) and README's table are what the writers make of the stored results;
-* every figure of the page is inside a generated section: prose outside the markers states no
-  ratio or rate;
+* the committed page and README's table are what the committed records render, so neither
+  can drift from the results (``python bench/run.py render`` rewrites them);
+* a record of a checkout with uncommitted changes is refused, or marked when asked;
+* the templates state no figure of their own: every one comes from a placeholder;
 * no other page states a ratio or a rate: it links to the page instead.
 """
 
 from __future__ import annotations
 
+import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,24 +19,58 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs/benchmarks.md"
+TEMPLATES = ROOT / "bench/templates"
+sys.path.insert(0, str(ROOT / "bench"))
+
+import records  # noqa: E402
+import render  # noqa: E402
+
 #: A measured figure: a ratio (``1.03×``) or a rate (``1,355 tasks/s``), a CPU time per task.
 FIGURE = re.compile(r"\d+(?:\.\d+)?[×x](?=[\s,;).]|$)|\d[\d,]* ?(?:tasks|msgs|rows|inserts)/s"
                     r"|\d[\d,.]* ?µs", re.MULTILINE)
-GENERATED = re.compile(r"<!-- (\w+):start -->.*?<!-- \1:end -->", re.DOTALL)
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.MULTILINE | re.DOTALL)
+#: Jinja2's expressions, statements and comments, and a target's bound (``≥ 1.2×``).
+PLACEHOLDER = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}|[≥≤] ?\d+(?:\.\d+)?×", re.DOTALL)
 
 
 def test_the_page_and_readme_are_what_the_results_render() -> None:
-    done = subprocess.run([sys.executable, "render_docs.py", "--check"], cwd=ROOT / "bench",
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, (
-        "docs/benchmarks.md or README.md differs from bench/results: run python "
-        f"bench/render_docs.py\n{done.stdout}{done.stderr}")
+    page, table = render.render()
+    assert PAGE.read_text() == page, \
+        "docs/benchmarks.md differs from bench/results: run python bench/run.py render"
+    readme = (ROOT / "README.md").read_text()
+    assert render.readme_with(table, readme) == readme, \
+        "README.md's table differs from bench/results: run python bench/run.py render"
 
 
-def test_the_page_states_figures_only_in_generated_sections() -> None:
-    outside = FENCE.sub("", GENERATED.sub("", PAGE.read_text()))
-    assert FIGURE.findall(outside) == []
+def _record(revision: str) -> dict[str, object]:
+    return {"system": "celery-delayq", "scenario": "e2e", "revision": revision, "round": 1,
+            "figures": {"tasks_per_s": 1000.0}, "command": "python bench/run.py run",
+            "date": "2026-12-01T00:00:00+00:00"}
+
+
+def test_a_record_of_uncommitted_changes_is_refused_or_marked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "e2e.json").write_text(json.dumps([_record("abc1234+dirty")]))
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    with pytest.raises(render.DirtyRecord, match="abc1234"):
+        render.render()
+    page, _ = render.render(allow_dirty=True)
+    assert "abc1234 (with uncommitted changes)" in page
+
+
+def test_a_figure_shows_the_median_of_its_rounds_with_their_range() -> None:
+    cell = render.Cell("celery-delayq", [
+        {**_record("abc1234"), "round": i, "figures": {"tasks_per_s": v, "p99_ms": v / 100}}
+        for i, v in enumerate((1144.0, 1437.0, 1355.0), 1)])
+    assert cell.fig("tasks_per_s") == "1,355 (1,144–1,437)"
+    assert cell.fig("p99_ms") == "13.6 (11.4–14.4)"
+    assert render.ratio(cell, cell, "tasks_per_s") == "1.00×"
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATES.glob("*.j2")), ids=lambda p: p.name)
+def test_the_templates_state_no_figure_of_their_own(template: Path) -> None:
+    prose = PLACEHOLDER.sub("", FENCE.sub("", template.read_text()))
+    assert FIGURE.findall(prose) == []
 
 
 @pytest.mark.parametrize("page", sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]),
@@ -44,7 +78,9 @@ def test_the_page_states_figures_only_in_generated_sections() -> None:
 def test_other_pages_link_to_the_figures_instead_of_stating_them(page: Path) -> None:
     if page == PAGE:
         return
-    text = FENCE.sub("", GENERATED.sub("", page.read_text()))
+    text = FENCE.sub("", page.read_text())
+    if page.name == "README.md":
+        text = render.README_BLOCK.sub("", text)
     found = [m.group(0) for m in FIGURE.finditer(text)]
     assert found == [], f"{page.relative_to(ROOT)} states figures {found}: link to " \
                         "docs/benchmarks.md instead"

@@ -413,7 +413,8 @@ def test_a_starting_session_freezes_the_start_up_heap_once_unless_told_not_to(
         freeze: bool) -> None:
     """A fresh interpreter (the freeze is once per process): the first session to start moves
     what is alive to the permanent generation, a second one adds nothing; with
-    ``freeze_gc=False`` nothing is frozen. Why it matters is measured in bench_burst."""
+    ``freeze_gc=False`` nothing is frozen. Why it matters shows in bench/run.py's burst
+    scenario."""
     code = (
         "import gc, sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"

@@ -20,8 +20,7 @@
   Django's task framework (Django 6, or the django-tasks backport on older Django, then also in
   ``INSTALLED_APPS`` unless ``DJANGO_TASKS_APP=0``; without either ``TASKS`` is not set, unless
   ``DJANGO_TASKS_BACKEND=delayq``, which checks' tests of a missing framework set;
-  tasks: shop/djtasks.py);
-  ``DJANGO_TASKS_BACKEND=db``: django-tasks-db's backend instead (bench/bench_djtasks.py).
+  tasks: shop/djtasks.py).
 """
 
 from __future__ import annotations
@@ -89,10 +88,6 @@ if TASK_FRAMEWORK or os.environ.get("DJANGO_TASKS_BACKEND") == "delayq":
             "OPTIONS": json.loads(os.environ.get("DJANGO_TASKS_OPTIONS", "{}")),
         },
     }
-if os.environ.get("DJANGO_TASKS_BACKEND") == "db":  # the peer bench/bench_djtasks.py compares
-    INSTALLED_APPS += ["django_tasks_db"]
-    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend",
-                         "QUEUES": ["default", "mail"]}}
 
 CELERY_BROKER_URL = os.environ.get("DJANGO_BROKER_URL") or broker_url(DATABASES["default"])
 CELERY_BROKER_TRANSPORT_OPTIONS = json.loads(os.environ.get("DELAYQ_TRANSPORT_OPTIONS", "{}"))
