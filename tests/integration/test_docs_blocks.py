@@ -61,7 +61,7 @@ SERVERS: list[tuple[re.Pattern[str], str, bool]] = [
 ]
 #: A synopsis, not a command: a word the reader fills in (``ID``, ``NAME``, ``<old broker>``),
 #: alternatives (``cancel|reschedule``) or an elided value (``4f83346e-...``).
-SYNOPSIS = re.compile(r"(?<![\w-])(?:ID|NAME|TASK_ID|PROFILE)(?![\w-])|<[^>]+>"
+SYNOPSIS = re.compile(r"(?<![\w-])(?:ID|NAME|TASK_ID|ROW_ID|PROFILE)(?![\w-])|<[^>]+>"
                       r"|\b[a-z-]+\|[a-z-]+\b|[\w-]\.\.\.")
 
 #: What a page's Python blocks assume without showing it (run before them, in their namespace).
