@@ -75,6 +75,16 @@ class Cell:
         return str(self.settings.get(name, fallback))
 
     @property
+    def crash_safe(self) -> bool:
+        """Whether a publish that returned survives a crash of the broker, by the records'
+        ``durability`` (what the pages pair systems by)."""
+        text = self.setting("durability")
+        if text not in systems.CRASH_SAFE:
+            raise ValueError(f"{self.system}: durability {text!r} is not in "
+                             "bench/systems.py's CRASH_SAFE")
+        return systems.CRASH_SAFE[text]
+
+    @property
     def settings(self) -> dict[str, Any]:
         return dict(self.runs[0].get("settings") or {}) if self.runs else {}
 
@@ -143,6 +153,23 @@ class Results:
 
     def figure_names(self) -> list[str]:
         return list(dict.fromkeys(k for r in self.records for k in r.get("figures", {})))
+
+
+def peer(table: Results, cell: Cell, broker: str) -> Cell:
+    """The system of ``broker`` in ``table``, of ``cell``'s framework, whose returned publish a
+    crash of the broker treats as ``cell``'s (:attr:`Cell.crash_safe`): the pair a page
+    compares, chosen by the records' ``durability``, not by the template."""
+    framework = cell.setting("framework")
+    found = [c for c in (table(n) for n in table.systems()) if c.setting("broker") == broker
+             and c.setting("framework") == framework and c.setting("durability")
+             and c.crash_safe == cell.crash_safe]
+    return found[0] if found else Cell(f"{broker} (no system alike)", [])
+
+
+def guarantee(cell: Cell) -> str:
+    """What a crash of the broker does to ``cell``'s returned publish, in words."""
+    return "no crash of the broker loses it" if cell.crash_safe else \
+        "a crash of the broker can lose it"
 
 
 def ratio(a: Cell, b: Cell, name: str, name_b: str | None = None) -> str:
@@ -231,6 +258,7 @@ def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     env.globals.update(ratio=ratio, ratio_value=ratio_value, about=about, holds=holds,
+                       peer=peer, guarantee=guarantee,
                        fmt=fmt, cells=cells, revisions=revisions, systems=systems.BY_NAME,
                        MISSING=MISSING)
     return env

@@ -3,10 +3,10 @@
 A system is a task framework (its app in ``apps/``) on a broker, with the options that make it
 this row. ``config`` is what the page states about its configuration, ``durability`` when a
 returned publish survives a crash of the broker (the page pairs delayq's publish modes with
-RabbitMQ's by it); both are stored in every record the system makes. ``limit`` marks a
-ceiling rather than something to deploy: each framework on its in-memory broker (what the
-framework alone costs: the producer runs in the worker process, :func:`apps.report
-.serve_in_process`), and one process COPYing rows (the ``copy`` framework).
+RabbitMQ's by it, :data:`CRASH_SAFE`); both are stored in every record the system makes.
+``limit`` marks a ceiling rather than something to deploy: each framework on its in-memory
+broker (what the framework alone costs: the producer runs in the worker process,
+:func:`apps.report.serve_in_process`), and one process COPYing rows (the ``copy`` framework).
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ FLUSH = "once the WAL is flushed to disk"
 SOCKET = "once written to the socket, before RabbitMQ has it"
 CONFIRM = "once RabbitMQ confirmed it (publisher confirms)"
 REDIS = "once Redis has it in memory (its default persistence: a snapshot now and then)"
+#: What a crash of the broker does to a publish that returned, by its ``durability``: the
+#: pages pair delayq's publish modes with another broker's by this (render.peer), never by hand.
+CRASH_SAFE = {COMMIT: False, FLUSH: True, SOCKET: False, CONFIRM: True, REDIS: False}
 
 #: Django's connection pool (``DATABASES["default"]["OPTIONS"]["pool"]``), the peers' advice.
 POOL = {"BENCH_DJANGO_POOL": "1"}

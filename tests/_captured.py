@@ -29,6 +29,7 @@ WRITE = os.environ.get("DELAYQ_DOCS_CAPTURE") == "write"
 #: Per-run parts and what the page shows instead. Applied after the test's own replacements.
 _VARYING: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"), "<time>"),
+    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?\+00:00"), "<time>"),
     (re.compile(r"cluster \d+, up since [^)]+"), "cluster <id>, up since <time>"),
     (re.compile(r"\bpid \d+"), "pid <pid>"),
     (re.compile(r"/tmp/[\w./-]+"), "<tmp>"),

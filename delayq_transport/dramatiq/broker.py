@@ -101,8 +101,7 @@ class DelayqBroker(Broker):
         first, as on RabbitMQ. Each level is one more index scan per poll.
       durable_publish: True: a send returns once its row is flushed to disk. False: once
         committed, before the flush (a PostgreSQL crash can lose the sends of its last
-        ~0.6 s, as with Redis' default persistence). Acks and leases never wait for the flush
-        (a crash can only redeliver).
+        ~0.6 s). Acks and leases never wait for the flush (a crash can only redeliver).
       publish_linger: seconds (at most 1, 0 = off) a send may wait in this process' buffer; a
         thread writes what gathered as one multi-row insert per queue. On, ``send`` returns
         before its row is written: a process killed meanwhile loses up to that long of sends,

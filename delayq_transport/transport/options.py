@@ -79,8 +79,8 @@ TRANSPORT_OPTIONS = Options(
            "when something is missing it fails naming the migrations. False skips the check."),
     Option("durable_publish", False, "bool",
            "True: a publish returns once its row is flushed to disk. False: once committed, "
-           "before the flush: a PostgreSQL crash can lose the publishes of its last ~0.6 s, "
-           "as with Redis' default persistence."),
+           "before the flush: a PostgreSQL crash can lose the publishes of its last ~0.6 s "
+           "(other brokers' modes alike: docs/benchmarks.md#celery)."),
     Option("durable_acks", False, "bool",
            "True: acks, lease extensions and releases wait for the WAL flush too. False: a "
            "PostgreSQL crash can only bring an acknowledged message back, never lose one."),

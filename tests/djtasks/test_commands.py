@@ -6,6 +6,7 @@ usage error), ``delayq_prune`` (results past a retention)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -13,12 +14,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _captured import capture
 from conftest import create_database, drop_database
 
 from delayq_transport import DelayedQueue
 from delayq_transport.core import LostAttempt, TaskResults
 
 from .conftest import PROJECT, project_env, sql
+
+HERE = "tests/djtasks/test_commands.py"
 
 #: An attempt begun by hand, as a worker begins one.
 STARTED: dict[str, Any] = {
@@ -105,6 +109,11 @@ def test_delayq_health_exit_status_says_what_a_monitor_needs(empty_url: str) -> 
     failing = manage(empty_url, "delayq_health", "--max-due-age", "60", "--max-failed", "1")
     assert failing.returncode == 1 and "FAIL failures: 2+ failed in the last 3600 s" \
         in failing.stdout
+    capture("health-failures", f"{HERE}::test_delayq_health_exit_status_says_what_a_monitor_needs",
+            command="python manage.py delayq_health --max-due-age 60 --max-failed 1",
+            output=re.sub(r"waiting [\d.]+ s", "waiting 25.9 s",  # the test's own wait
+                          failing.stdout + failing.stderr), exit_status=failing.returncode,
+            replace={empty_url.rsplit("/", 1)[-1]: "shop"})
     assert manage(empty_url, "delayq_health", "--max-due-age", "60", "--max-failed",
                   "2").returncode == 0
     # The database down is unhealthy, said in one line; bad arguments are a usage error.

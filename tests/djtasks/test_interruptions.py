@@ -23,6 +23,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 import pytest
+from _captured import capture
 
 from delayq_transport.django._framework import TaskResult, TaskResultStatus
 from delayq_transport.formats.django_tasks import INTERRUPTED_PATH
@@ -40,6 +41,7 @@ from .conftest import (
 #: The lease: long enough that a killed worker's task is seen interrupted (within its 2-s
 #: liveness, a quarter of it) well before the lease lets another worker take it.
 LEASE = json.dumps({"LEASE": 8})
+HERE = "tests/djtasks/test_interruptions.py"
 RUNS_AGAIN = re.compile(r"it runs again from (\S+), when its lease ends")
 
 
@@ -68,9 +70,10 @@ def interrupted(result: TaskResult) -> bool:
     return result.status == TaskResultStatus.READY and bool(result.errors)
 
 
-def assert_seen_killed(url: str, result: TaskResult, worker: str) -> None:
+def assert_seen_killed(url: str, result: TaskResult, worker: str) -> str:
     """READY, one TaskInterrupted entry naming attempt 1 and ``worker``, and the lease's end
-    as when it runs again, while the row is still held (the dead worker's lease)."""
+    as when it runs again, while the row is still held (the dead worker's lease): the entry's
+    line."""
     wait_until(lambda: interrupted(result), "the killed worker's task to read interrupted",
                timeout=6)
     status, attempts, errors = shown(result)
@@ -85,6 +88,7 @@ def assert_seen_killed(url: str, result: TaskResult, worker: str) -> None:
     found = RUNS_AGAIN.search(text)
     assert found is not None, text
     assert datetime.fromisoformat(found.group(1)).timestamp() * 1000 == at
+    return text
 
 
 def assert_ran_again(result: TaskResult, first: str, second: str) -> None:
@@ -129,7 +133,10 @@ def test_sigkill_at_named_points(mode: str, dj_url: str,
     doomed = start_worker(**env)
     result = djtasks.record.enqueue(mode)
     assert doomed.wait(timeout=60) == -signal.SIGKILL  # killed itself where the mode says
-    assert_seen_killed(dj_url, result, worker_id(doomed))
+    line = assert_seen_killed(dj_url, result, worker_id(doomed))
+    if mode == "claimed":
+        capture("task-interrupted-killed", f"{HERE}::test_sigkill_at_named_points[claimed]",
+                output=line, replace={worker_id(doomed): "<host>:<pid>"})
     second = start_worker(**env)  # its attempt is the second: it does not crash
     assert_ran_again(result, worker_id(doomed), worker_id(second))
 
@@ -169,6 +176,9 @@ def test_sigterm_gives_back_a_task_that_outlives_the_shutdown_timeout(
             text)
         assert found is not None, text
         assert found.group(1) == found.group(2)  # released to be due at once
+        capture("task-interrupted-given-back",
+                f"{HERE}::test_sigterm_gives_back_a_task_that_outlives_the_shutdown_timeout",
+                output=text, replace={worker_id(first): "<host>:<pid>"})
         at, lock = lease_end_ms(dj_url, result.id)
         assert lock is None and at <= time.time() * 1000  # given back, due now
         second = start_worker()

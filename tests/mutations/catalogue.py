@@ -213,4 +213,27 @@ MUTATIONS: list[Mutation] = [
         ["tests/integration/test_docs_blocks.py::test_the_pages_blocks_run[README.md]"],
         "a default: `delayq`'s --table default changes, and the `delayq status` README.md "
         "shows no longer finds the table its worker uses"),
+    Mutation(
+        "docs-join-atomic-alias-default", "51.1", "delayq_transport/django/apps.py",
+        '        alias = getattr(settings, "DELAYQ_DATABASE", "default")',
+        '        alias = getattr(settings, "DELAYQ_DATABASE", "queue")',
+        ["tests/unit/test_docs_facts.py::test_the_django_settings_table_is_what_the_app_reads"],
+        "a default: the atomic() blocks joined by default are another alias's than the one "
+        "docs/how-to/django.md's settings table (and the admin's target) name"),
+    Mutation(
+        "docs-health-exit-status", "51.2",
+        "delayq_transport/django/management/commands/delayq_health.py",
+        "            sys.exit(1)", "            sys.exit(3)",
+        ["tests/djtasks/test_commands.py::"
+         "test_delayq_health_exit_status_says_what_a_monitor_needs"],
+        "an exit status: an unhealthy `manage.py delayq_health` exits 3, while "
+        "docs/how-to/django-admin.md shows the captured 1"),
+    Mutation(
+        "docs-publish-pairs", "51.4", "bench/systems.py",
+        "SOCKET: False, CONFIRM: True,", "SOCKET: False, CONFIRM: False,",
+        ["tests/unit/test_benchmarks_page.py::"
+         "test_the_page_and_readme_are_what_the_results_render"],
+        "a generated statement: RabbitMQ's publisher confirms no longer count as surviving a "
+        "crash, so the pair README.md and docs/benchmarks.md state is no longer what the "
+        "records' durability says"),
 ]

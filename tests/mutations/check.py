@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from catalogue import MUTATIONS, Mutation  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+#: bench/results is copied: the rendered pages are checked against its records.
 SKIP = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".mypy_cache", ".ruff_cache",
-                              "results", "spark-warehouse")
+                              "spark-warehouse")
 
 
 def copy_tree(dest: Path) -> Path:

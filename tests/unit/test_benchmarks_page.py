@@ -5,6 +5,8 @@ from the records of bench/results/*.json through the templates of bench/template
   can drift from the results (``python bench/run.py render`` rewrites them);
 * a record of a checkout with uncommitted changes is refused, or marked when asked;
 * the templates state no figure of their own: every one comes from a placeholder;
+* which publish mode of another broker a page pairs with delayq's comes from the records'
+  ``durability`` (``render.peer``), and the templates' prose names no broker mode;
 * no other page states a ratio or a rate: it links to the page instead.
 """
 
@@ -24,6 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import records  # noqa: E402
 import render  # noqa: E402
+import systems  # noqa: E402
 
 #: A measured figure: a ratio (``1.03×``) or a rate (``1,355 tasks/s``), a CPU time per task.
 FIGURE = re.compile(r"\d+(?:\.\d+)?[×x](?=[\s,;).]|$)|\d[\d,]* ?(?:tasks|msgs|rows|inserts)/s"
@@ -89,3 +92,32 @@ def test_other_pages_link_to_the_figures_instead_of_stating_them(page: Path) -> 
 def test_the_figure_pattern_finds_ratios_and_rates_only() -> None:
     text = "1.03× and 0.96x, 1,355 tasks/s, 370 µs; not 2x2, v1.2, 5 ms, 10,000 rows"
     assert FIGURE.findall(text) == ["1.03×", "0.96x", "1,355 tasks/s", "370 µs"]
+
+
+def _durable(system: str, durability: str) -> dict[str, object]:
+    known = systems.BY_NAME[system].settings()
+    return {**_record("abc1234"), "system": system, "settings": {**known,
+                                                                 "durability": durability}}
+
+
+def test_the_pairs_come_from_the_records_durability() -> None:
+    found = [_durable("celery-delayq", systems.COMMIT), _durable("celery-delayq-durable",
+             systems.FLUSH), _durable("celery-rabbitmq", systems.SOCKET),
+             _durable("celery-rabbitmq-confirm", systems.CONFIRM)]
+    e = render.Results("e2e", found)
+    assert render.peer(e, e("celery-delayq-durable"), "rabbitmq").system == \
+        "celery-rabbitmq-confirm"
+    assert render.peer(e, e("celery-delayq"), "rabbitmq").system == "celery-rabbitmq"
+    # Records that say the other way round pair the other way round.
+    found[2]["settings"]["durability"], found[3]["settings"]["durability"] = \
+        systems.CONFIRM, systems.SOCKET
+    assert render.peer(e, e("celery-delayq-durable"), "rabbitmq").system == "celery-rabbitmq"
+    found[0]["settings"]["durability"] = "once it felt like it"
+    with pytest.raises(ValueError, match="CRASH_SAFE"):
+        render.peer(e, e("celery-delayq"), "rabbitmq")
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATES.glob("*.j2")), ids=lambda p: p.name)
+def test_the_templates_pair_no_publish_modes_by_hand(template: Path) -> None:
+    prose = PLACEHOLDER.sub("", FENCE.sub("", template.read_text()))
+    assert re.findall(r"confirm\w*|durable_\w+ against|guarantee of", prose) == []

@@ -132,9 +132,10 @@ def test_the_exception_check_finds_names_and_rejects_what_is_wrong() -> None:
 # -- Django settings ----------------------------------------------------------------------
 
 
-def settings_the_code_reads() -> dict[str, object]:
-    """``getattr(settings, "DELAYQ_X", default)`` in the Django app: name -> default."""
-    read: dict[str, object] = {}
+def settings_the_code_reads() -> dict[str, set[object]]:
+    """``getattr(settings, "DELAYQ_X", default)`` in the Django app: name -> every default a
+    read of it gives (one, unless two modules disagree)."""
+    read: dict[str, set[object]] = {}
     for path in sorted((ROOT / "delayq_transport/django").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
@@ -142,7 +143,8 @@ def settings_the_code_reads() -> dict[str, object]:
                     and isinstance(node.args[0], ast.Name) and node.args[0].id == "settings"
                     and isinstance(node.args[1], ast.Constant)
                     and str(node.args[1].value).startswith("DELAYQ_")):
-                read[str(node.args[1].value)] = ast.literal_eval(node.args[2])
+                read.setdefault(str(node.args[1].value), set()).add(
+                    ast.literal_eval(node.args[2]))
     return read
 
 
@@ -151,7 +153,7 @@ def test_the_django_settings_table_is_what_the_app_reads() -> None:
     rows = dict(re.findall(r"^\| `(DELAYQ_\w+)` \| `([^`]*)` \|", text, re.MULTILINE))
     read = settings_the_code_reads()
     assert read, "the Django app reads no DELAYQ_ setting: has it moved?"
-    assert {k: ast.literal_eval(v) for k, v in rows.items()} == read
+    assert {k: {ast.literal_eval(v)} for k, v in rows.items()} == read
 
 
 # -- move-from's schemes ------------------------------------------------------------------
