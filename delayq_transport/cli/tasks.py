@@ -89,7 +89,7 @@ def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool,
     instead, newest first: django.tasks results FAILED and Dramatiq's dead letters (a Celery
     task's failure is in its result backend: ``show``)."""
     if kw["state"] == "failed":
-        _list_failed(obj, limit, cursor, as_json, **kw)
+        _list_failed(obj, limit, cursor, as_json, all_occurrences=all_occurrences, **kw)
         return
     f = _filter(**kw)
     with _service(obj, hide_args) as svc:
@@ -125,7 +125,8 @@ def _list_failed(obj: Context, limit: int, cursor: str | None, as_json: bool,
                  **kw: Any) -> None:
     """``list --state failed``: :class:`~..tasks.failures.FailureService`'s list."""
     unsupported = [f"--{k.replace('_', '-')}" for k in ("eta_after", "eta_before", "text",
-                                                        "beat_entry") if kw[k]]
+                                                        "beat_entry", "all_occurrences")
+                   if kw[k]]
     if unsupported:
         raise click.UsageError(f"--state failed takes --queue and --task, not "
                                f"{', '.join(unsupported).replace('--text', '--search')}")

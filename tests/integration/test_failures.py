@@ -236,6 +236,7 @@ def test_cli_lists_shows_retries_and_discards(queue: DelayedQueue, database_url:
     assert [t["key"] for t in retrying["tasks"]] == ["r1"]
     assert "--state failed takes --queue and --task" in run(
         "list", "--state", "failed", "--search", "x", code=2)
+    assert "not --all-occurrences" in run("list", "--state", "failed", "--all-occurrences", code=2)
     # show: a finished task's outcome, from delayq's results; unknown ids say so (exit 1).
     shown = json.loads(run("show", "d1", "--json"))
     assert (shown["state"], shown["source"], shown["result"]) == \

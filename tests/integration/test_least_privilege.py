@@ -214,6 +214,10 @@ def test_monitor_reads_status_and_metrics_only(urls: dict[str, str]) -> None:
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(main, ["-d", urls["monitor"], "metrics"])
     assert result.exit_code == 0 and "delayq_up{" in result.output
+    # The failure list reads the task results (and the queue's dead letters) only.
+    result = CliRunner().invoke(main, ["-d", urls["monitor"], "tasks", "list", "--state",
+                                       "failed", "--json"])
+    assert result.exit_code == 0, result.output
     with DelayedQueue(urls["monitor"], kind="celery") as q:
         with pytest.raises(PermissionDenied):
             q.offer("m", b"")

@@ -365,10 +365,12 @@ GRANT SELECT ON {schema}."delayq_task_results" TO {role}
 
 -- grant_monitor --
 -- `delayq status` / `delayq metrics` for a dashboard or Prometheus: read-only (the beat tables too:
--- status lists periodic entries), plus pg_monitor so
+-- status lists periodic entries; the task results: `delayq tasks list --state failed` and the
+-- page's Failed tab read them), plus pg_monitor so
 -- pg_stat_activity shows other roles' transactions (without it only this role's own are seen).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.{table}, {schema}.{bindings}, {schema}.{migrations} TO {role};
+GRANT SELECT ON {schema}."delayq_task_results" TO {role};
 GRANT SELECT ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed",
     {schema}."delayq_schedule_schedulers" TO {role};
 GRANT pg_monitor TO {role}
