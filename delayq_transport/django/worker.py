@@ -548,9 +548,12 @@ def _child(settings_module: str, alias: str, queue_names: list[str] | None, thre
 
 def supervise(processes: int, *, settings_module: str, alias: str,
               queue_names: list[str] | None, threads: int, shutdown_timeout: float,
-              schedule: bool = True) -> None:
+              schedule: bool = True) -> bool:
     """Run ``processes`` worker processes until SIGTERM or SIGINT; one that dies is replaced
-    (after RESTART_PAUSE_S when it died that soon after it started)."""
+    (after RESTART_PAUSE_S when it died that soon after it started). True when every process
+    stopped with its tasks finished: the command then exits as one worker process would (1
+    when any gave a running task back), so a deploy script reads the same status for any
+    ``--processes``."""
     ctx = multiprocessing.get_context("spawn")
     signals = Signals()
     args = (settings_module, alias, queue_names, threads, shutdown_timeout, schedule)
@@ -591,3 +594,4 @@ def supervise(processes: int, *, settings_module: str, alias: str,
         if proc is not None and proc.is_alive():
             proc.kill()
             proc.join()
+    return all(proc is None or proc.exitcode == 0 for proc in procs)

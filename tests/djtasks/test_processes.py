@@ -103,6 +103,17 @@ def test_several_processes_under_one_parent(
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
 
 
+def test_several_processes_exit_1_when_one_gave_a_task_back(
+        dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    """The command's status does not depend on --processes: one process giving a running task
+    back at the shutdown timeout makes the whole command exit 1, as a single worker does."""
+    with gate_closed(dj_url):
+        parent, _ = start_gated(lambda *a: start_worker(*a, ready=2), dj_url, "held",
+                                "--processes", "2", "--shutdown-timeout", "1")
+        parent.signal(signal.SIGTERM)
+        assert parent.wait(timeout=60) == 1
+
+
 @pytest.mark.parametrize(("mode", "ran", "attempts"), [
     ("claimed", 1, 2), ("effect", 2, 2), ("recorded", 1, 1)])
 def test_crash_histories(mode: str, ran: int, attempts: int, dj_url: str,

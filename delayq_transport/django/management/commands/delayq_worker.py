@@ -62,10 +62,11 @@ class Command(BaseCommand):
         if processes > 1:
             self.stdout.write(f"delayq: {processes} worker processes, {threads} threads each")
             self.stdout.flush()
-            supervise(processes, settings_module=settings.SETTINGS_MODULE, alias=alias,
-                      queue_names=options["queue_names"], threads=threads,
-                      shutdown_timeout=options["shutdown_timeout"],
-                      schedule=options["schedule"])
+            if not supervise(processes, settings_module=settings.SETTINGS_MODULE, alias=alias,
+                             queue_names=options["queue_names"], threads=threads,
+                             shutdown_timeout=options["shutdown_timeout"],
+                             schedule=options["schedule"]):
+                sys.exit(1)  # a process gave tasks back (or was killed), as one worker says
             return
 
         def ready(worker: Worker) -> None:
