@@ -133,7 +133,8 @@ def _index_finished_results(conn: psycopg.Connection[Any], q: Queries) -> None:
 
 register_migration(Migration(
     20, "task results: the index by finish time holds finished results only, so no lookup by "
-    "key uses it", _index_finished_results, lock="ACCESS EXCLUSIVE", lock_on=RESULTS_TABLE))
+    "key uses it", _index_finished_results, lock="ACCESS EXCLUSIVE",
+    lock_on=f"{RESULTS_TABLE} and {RESULTS_TABLE}__by_finished_at"))
 
 
 @dataclass(frozen=True, slots=True)
