@@ -37,6 +37,7 @@ from delayq_transport.core.db.queries import NOT_PER_TABLE, Queries, raw_queries
 from delayq_transport.core.inspect import MAX_MS, Inspector
 from delayq_transport.core.integrations import CronService
 from delayq_transport.core.queue import leases, partitions
+from delayq_transport.core.queue.timeutil import from_ms
 from delayq_transport.metrics.collector import DelayqCollector
 from delayq_transport.tasks import TaskFilter, TaskService, bulk
 from delayq_transport.tasks.deadletters import DeadLetterService
@@ -351,6 +352,35 @@ def test_a_bulk_action_writes_through_the_primary_key(watched: tuple[DelayedQueu
     write = "inspect_cancel_unchanged" if action == "cancel" else "inspect_reschedule_many"
     assert {"inspect_match_window", write} <= {name for name, _ in plans}
     assert_bounded(plans, f"bulk {action}")
+
+
+def test_a_configuration_switch_deletes_through_the_key_index(
+        watched: tuple[DelayedQueue, Watch], big: tuple[str, int]) -> None:
+    """installTick of the daily beat entry's configuration (CronService.install_tick) deletes
+    its other configurations' occurrences (three planted before each run) through the key range
+    of the (pKey, pKind) index: it reads the prefix's few keys, not the million rows of its
+    kind, as the LIKE with a bound pattern did (in this database's C.UTF-8 collation, in custom
+    plans too). The entry's own occurrences stay."""
+    queue, watch = watched
+    celery = queue.with_kind("celery")
+    cron = CronService(celery)
+    for run in range(2):  # with ``generic``, the second run is the generic plan's
+        at = big[1] + (10 + run) * DAY_MS
+        for i in range(3):
+            celery.offer(f"{BEAT}/old{run}/{at + i}", b"x", from_ms(at + i))
+        watch.take()
+        cron.install_tick(BEAT_HASH, BEAT, [])
+        plans = [(name, plan) for name, plan in watch.take()
+                 if name.startswith("cron_delete_other_configs")]
+    assert [name for name, _ in plans] == ["cron_delete_other_configs"]
+    scans = [n for n in on_table(plans[0][1]) if n["Node Type"] != "ModifyTable"]
+    shown = json.dumps(plans[0][1]["Plan"], indent=1)
+    assert {n.get("Index Name") for n in scans} - {None} == \
+        {f"{TABLE}__PKeyPlusKindUniqueIndex"}, shown
+    # The prefix's keys: the heap rows of this run, and (a generic plan's bitmap) index
+    # entries of the rows this module's runs deleted.
+    assert sum(rows_read(n) for n in scans) <= 100 and scans[0]["Actual Rows"] == 3, shown
+    assert len(cron.installed(BEAT, config_hash=BEAT_HASH)) == 3
 
 
 def test_without_the_plan_guard_the_overview_scans_the_table(big: tuple[str, int]) -> None:

@@ -15,6 +15,8 @@ FORMAT JSON) in a transaction rolled back afterwards.
   ``task_results_failed_since`` (the failed ones, by the partial index of migration 19: one in
   2,000 results failed), ``task_results_by_ids`` (a page's results and their queue rows),
   ``task_results_discard`` and ``task_results_reopen`` (by primary key);
+* planned on an empty table: ``task_results_start`` and ``task_results_finish``, their
+  generic plans made while the results table was analyzed empty and kept as it grew to 1.1M;
 * per prune: ``task_results_prune`` (finished before the retention, by (tableName,
   finishedAt)), in the steady state (a few results expired since the last prune among 1.1M
   kept) and after a backlog (most of a table expired at once, a retention just shortened),
@@ -29,11 +31,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import psycopg
 import pytest
-from _prepared import explain_prepared
+from _prepared import explain_prepared, prepared
 from conftest import template_copy
 from test_schema import plan_nodes
 
@@ -45,7 +48,7 @@ pytestmark = pytest.mark.slow
 TABLE = "delayed_queue"
 RESULTS = "delayq_task_results"
 RESULTS_PK = f"{RESULTS}_pkey"
-BY_FINISHED = f"{RESULTS}__by_finished_at"
+BY_FINISHED = f"{RESULTS}__finished"
 FAILED = f"{RESULTS}__failed"
 BY_KIND = f"{TABLE}__KindPlusScheduledAtIndex"
 BY_KEY = f"{TABLE}__PKeyPlusKindUniqueIndex"
@@ -98,32 +101,37 @@ def build(url: str) -> None:
         for index in result_indexes:
             conn.execute("DROP INDEX " + index.split(" INDEX ")[1].split(" ON ")[0])
         conn.execute(f"ALTER TABLE {RESULTS} DROP CONSTRAINT {RESULTS_PK}")
-        # Finished over the retention's 7 days (what the prunes keep), one in 50 not finished
-        # (running, or READY while a retry waits), one in 1,500 expired since the last prune.
-        conn.execute(
-            f"""INSERT INTO {RESULTS} ("tableName", "id", "task", "status", "enqueuedAt",
-                                       "startedAt", "lastAttemptedAt", "finishedAt",
-                                       "returnValue", "errors", "workerIds", "updatedAt")
-                SELECT CASE WHEN g %% 10 = 0 THEN 'other_queue' ELSE %(table)s END,
-                       md5('r' || g), '{{"task": "shop.djtasks.add"}}', s.status, at - 5,
-                       at - 2, at - 2, CASE WHEN s.status = 'RUNNING' THEN NULL ELSE at END,
-                       '3', '[]', '["w1"]', at
-                FROM generate_series(1, %(rows)s) AS g,
-                     LATERAL (SELECT CASE WHEN g %% 50 = 0 THEN 'RUNNING'
-                                          WHEN g %% 2000 = 7 THEN 'FAILED'
-                                          ELSE 'SUCCESSFUL' END) AS s(status),
-                     LATERAL (SELECT CASE WHEN g %% 1500 = 1
-                                          THEN %(now)s - %(retention)s - g
-                                          ELSE %(now)s - (g::bigint * 7919) %% %(retention)s
-                                          END) AS a(at)""",
-            {"table": TABLE, "now": NOW, "retention": RETENTION_MS,
-             "rows": RESULT_ROWS * 10 // 9})
+        insert_results(conn)
         conn.execute(f'ALTER TABLE {RESULTS} ADD CONSTRAINT {RESULTS_PK} '
                      f'PRIMARY KEY ("tableName", "id")')
         for index in result_indexes:
             conn.execute(index)
         conn.execute(f"ANALYZE {TABLE}")
         conn.execute(f"ANALYZE {RESULTS}")
+
+
+def insert_results(conn: psycopg.Connection[Any]) -> None:
+    """The results: finished over the retention's 7 days (what the prunes keep), one in 50 not
+    finished (running, or READY while a retry waits), one in 1,500 expired since the last
+    prune, one in 2,000 failed, a tenth of another queue table."""
+    conn.execute(
+        f"""INSERT INTO {RESULTS} ("tableName", "id", "task", "status", "enqueuedAt",
+                                   "startedAt", "lastAttemptedAt", "finishedAt",
+                                   "returnValue", "errors", "workerIds", "updatedAt")
+            SELECT CASE WHEN g %% 10 = 0 THEN 'other_queue' ELSE %(table)s END,
+                   md5('r' || g), '{{"task": "shop.djtasks.add"}}', s.status, at - 5,
+                   at - 2, at - 2, CASE WHEN s.status = 'RUNNING' THEN NULL ELSE at END,
+                   '3', '[]', '["w1"]', at
+            FROM generate_series(1, %(rows)s) AS g,
+                 LATERAL (SELECT CASE WHEN g %% 50 = 0 THEN 'RUNNING'
+                                      WHEN g %% 2000 = 7 THEN 'FAILED'
+                                      ELSE 'SUCCESSFUL' END) AS s(status),
+                 LATERAL (SELECT CASE WHEN g %% 1500 = 1
+                                      THEN %(now)s - %(retention)s - g
+                                      ELSE %(now)s - (g::bigint * 7919) %% %(retention)s
+                                      END) AS a(at)""",
+        {"table": TABLE, "now": NOW, "retention": RETENTION_MS,
+         "rows": RESULT_ROWS * 10 // 9})
 
 
 @pytest.fixture(scope="module")
@@ -256,3 +264,43 @@ def test_the_rows_the_plans_ran_on_are_there(big: str) -> None:
                                                {**PARAMS, "limit": 500}).fetchall()]
         assert len(finished) == 500 and finished == sorted(finished, reverse=True)
         assert 0 < conn.execute(q["task_results_failed_since"], PARAMS).fetchone()[0] < 1000  # type: ignore[index]
+
+
+#: The statements a worker runs per task on the relaxed pool (generic plans, made once per
+#: connection), each finding a result by (tableName, id).
+PER_TASK = ["start_existing", "finish"]
+
+
+def rows_read(plan: dict[str, Any]) -> int:
+    """Rows the plan's nodes on the results table took from it: those it returned and those
+    it read and dropped by a filter."""
+    return sum(n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0)
+               for n in plan_nodes(plan["Plan"]) if n.get("Relation Name") == RESULTS)
+
+
+def test_plans_made_on_an_empty_table_stay_on_the_key_as_it_grows(template_db: str) -> None:
+    """A worker's relaxed connection makes each statement's generic plan at its first run and
+    keeps it until the table is next analyzed: on a new deployment, while the results table is
+    empty (analyzed empty: its statistics say no rows, so every index that leads with tableName
+    looked as cheap as the primary key). Planned then, the per-task statements still find
+    their result by the primary key, reading one row, after the table grew to 1.1M results
+    (no ANALYZE between: autovacuum off)."""
+    with template_copy(template_db, prefix="delayq_grown") as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE {RESULTS} SET UNLOGGED")
+            conn.execute(f"ALTER TABLE {RESULTS} SET (autovacuum_enabled = false)")
+            conn.execute(f"ANALYZE {RESULTS}")
+        with Database(url, max_size=1) as db, db.relaxed_pool.connection() as conn, \
+                ExitStack() as stack:
+            params = {case: md5_ids({**PARAMS, **CASES[case][1]}) for case in PER_TASK}
+            runs = {case: stack.enter_context(prepared(conn, Queries(TABLE)[CASES[case][0]]))
+                    for case in PER_TASK}
+            empty = {case: run(params[case]) for case, run in runs.items()}
+            with psycopg.connect(url, autocommit=True) as grower:
+                insert_results(grower)
+            grown = {case: run(params[case]) for case, run in runs.items()}
+    read = {case: (rows_read(plan), {index for _, _, index in scans(plan)})
+            for case, plan in grown.items()}
+    assert all(n <= 1 and RESULTS_PK in used for n, used in read.values()), read
+    # Control: each plan is the one made on the empty table (no new generic plan since).
+    assert all(scans(grown[case]) == scans(empty[case]) for case in PER_TASK)

@@ -156,6 +156,8 @@ class CronService:
     def __init__(self, queue: DelayedQueue, *, min_lead: timedelta = DEFAULT_MIN_LEAD) -> None:
         self.queue = queue
         self.min_lead = min_lead
+        #: Whether the table's keys sort byte by byte (read once, at the first install_tick).
+        self._bytewise: bool | None = None
 
     # -- one-shot operations ----------------------------------------------------------
 
@@ -173,7 +175,8 @@ class CronService:
                   for m in messages]
         q = self.queue
         patterns = self._patterns(prefix, hash_)
-        deleted = q.db.execute(q.queries["cron_delete_other_configs"], patterns)
+        deleted = q.db.execute(q.queries[self._delete_other_configs()],
+                               patterns | {"lo": f"{prefix}/", "hi": f"{prefix}0"})
         if deleted:
             log.info("delayq: cron %s switched to config %s (%d old rows removed)",
                      prefix, hash_, deleted)
@@ -226,6 +229,15 @@ class CronService:
                       "config_pattern": like_escape(first) + "%", "limit": limit}
             rows = bounded_read(self.queue, "cron_list_config", params)
         return [StoredMessage.from_row(r) for r in rows]
+
+    def _delete_other_configs(self) -> str:
+        """The statement that deletes a prefix's other configurations: through the key range
+        where the keys sort byte by byte (the range then holds exactly the prefix's keys),
+        else through the kind."""
+        if self._bytewise is None:
+            row = self.queue.db.fetchone(self.queue.queries["cron_keys_bytewise"])
+            self._bytewise = bool(row and row[0])
+        return "cron_delete_other_configs" if self._bytewise else "cron_delete_other_configs_like"
 
     def _patterns(self, prefix: str, hash_: str) -> dict[str, str]:
         return {

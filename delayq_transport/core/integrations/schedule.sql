@@ -7,9 +7,35 @@
 -- ms>)`: a queue built with an injected clock passes `now`, every other queue passes NULL, so
 -- one queue never mixes clocks. Values are always bound parameters (`%(name)s`).
 
+-- cron_keys_bytewise --
+-- Whether the queue table's keys sort byte by byte: the C and POSIX collations, and libc's
+-- C.UTF-8 (code point order, which is UTF-8's byte order). Then the keys that start with
+-- `prefix/` are exactly those from `prefix/` up to `prefix0` ('0' follows '/'): one range of the
+-- (pKey, pKind) index. In another collation (en_US, ICU) they need not be contiguous.
+-- datlocprovider (PostgreSQL 15) read through to_jsonb: before 15 every database is libc's.
+SELECT CASE WHEN c.collprovider = 'd'
+            THEN COALESCE(to_jsonb(d) ->> 'datlocprovider', 'c') = 'c'
+                 AND d.datcollate ~ '^(C|POSIX)([.]|$)'
+            ELSE c.collprovider = 'c' AND c.collcollate ~ '^(C|POSIX)([.]|$)' END
+FROM pg_attribute AS a
+JOIN pg_collation AS c ON c.oid = a.attcollation
+JOIN pg_database AS d ON d.datname = current_database()
+WHERE a.attrelid = {table_literal}::regclass AND a.attname = 'pKey'
+
 -- cron_delete_other_configs --
--- installTick step 1: drop rows of this prefix that belong to any other config hash.
--- Patterns are LIKE-escaped and end in '/', so prefix `a` never matches `ab/...`.
+-- installTick step 1: drop rows of this prefix that belong to any other config hash, found by
+-- the key range [`lo`, `hi`) of the (pKey, pKind) index (cron_keys_bytewise says when that range
+-- holds them all): a LIKE with a bound pattern serves no index, so the kind's index walked
+-- every row of the kind (a million for a daily entry in a busy queue). The prefix's LIKE
+-- stays, so a key outside the prefix is never deleted. Patterns are LIKE-escaped and end in
+-- '/', so prefix `a` never matches `ab/...`.
+DELETE FROM {table}
+WHERE "pKey" >= %(lo)s AND "pKey" < %(hi)s AND "pKind" = %(kind)s
+  AND "pKey" LIKE %(prefix_pattern)s ESCAPE '\'
+  AND "pKey" NOT LIKE %(config_pattern)s ESCAPE '\'
+
+-- cron_delete_other_configs_like --
+-- cron_delete_other_configs where the keys do not sort byte by byte: through the kind's index.
 DELETE FROM {table}
 WHERE "pKind" = %(kind)s
   AND "pKey" LIKE %(prefix_pattern)s ESCAPE '\'

@@ -182,6 +182,22 @@ CREATE INDEX IF NOT EXISTS "delayq_task_results__failed"
 ON "delayq_task_results" ("tableName", "finishedAt")
 WHERE "status" = 'FAILED'
 
+-- task_results_finished_index --
+-- Migration 20: the finished results of each queue table by finish time (the prunes, the
+-- finished list), replacing the index of migration 15 that also held every unfinished result.
+-- Partial, so that only a statement bounding finishedAt can use it: both lead with tableName,
+-- and a generic plan made while the table looked empty (its statistics say no rows; the plan
+-- is kept until the table is next analyzed) found the old one as cheap as the primary key for
+-- a result by (tableName, id), then read every result of the queue table through it as the
+-- table grew (tests/integration/test_task_results_at_size.py).
+CREATE INDEX IF NOT EXISTS "delayq_task_results__finished"
+ON "delayq_task_results" ("tableName", "finishedAt")
+WHERE "finishedAt" IS NOT NULL
+
+-- task_results_drop_by_finished_at --
+-- Migration 20: the index it replaces (gone already when another queue table migrated first).
+DROP INDEX IF EXISTS "delayq_task_results__by_finished_at"
+
 -- task_results_walk --
 -- Finished results (SUCCESSFUL or FAILED), newest first after the keyset cursor (finishedAt,
 -- id), at most `limit`, from the (tableName, finishedAt) index read backwards; with what a

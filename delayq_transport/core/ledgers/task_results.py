@@ -125,6 +125,18 @@ register_migration(Migration(
     _index_failed_results, lock="SHARE", lock_on=RESULTS_TABLE))
 
 
+def _index_finished_results(conn: psycopg.Connection[Any], q: Queries) -> None:
+    """Migration 20 (idempotent, like 19)."""
+    conn.execute(q["task_results_finished_index"])
+    conn.execute(q["task_results_drop_by_finished_at"])
+
+
+register_migration(Migration(
+    20, "task results: the index by finish time holds finished results only, so no lookup by "
+    "key uses it", _index_finished_results, lock="ACCESS EXCLUSIVE",
+    lock_on=f"{RESULTS_TABLE} and {RESULTS_TABLE}__by_finished_at"))
+
+
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """An attempt that :meth:`TaskResults.start` began: the result as it now reads."""
