@@ -552,8 +552,10 @@ def make_database(admin: str) -> None:
         conn.execute("CREATE EXTENSION pg_stat_statements")
 
 
-def measure(n: int, groups: list[str] | None = None) -> dict[str, Figures]:
-    """Every operation's figures per task on a fresh cluster (``groups``: of OPERATIONS)."""
+def measure(n: int, groups: list[str] | None = None, about: dict[str, str] | None = None
+            ) -> dict[str, Figures]:
+    """Every operation's figures per task on a fresh cluster (``groups``: of OPERATIONS);
+    ``about`` gets the machine's description (bench/records.py)."""
     from delayq_transport.core import migrate
     from delayq_transport.core.db.database import Database
 
@@ -561,6 +563,11 @@ def measure(n: int, groups: list[str] | None = None) -> dict[str, Figures]:
         relay = Relay(port)
         admin = f"postgresql://postgres@127.0.0.1:{port}/postgres"
         make_database(admin)
+        if about is not None:
+            sys.path.insert(0, str(BENCH_DIR))
+            from records import machine
+
+            about["machine"] = machine(admin)
         url = f"postgresql://postgres@127.0.0.1:{relay.port}/delayq?sslmode=disable"
         db = Database(url)
         try:
@@ -577,7 +584,7 @@ def measure(n: int, groups: list[str] | None = None) -> dict[str, Figures]:
 PER_TASK = ("statements", "round_trips", "rows", "buffers", "wal_bytes")
 
 
-def records(figures: dict[str, Figures]) -> list[dict[str, Any]]:
+def records(figures: dict[str, Figures], machine: str) -> list[dict[str, Any]]:
     """One flat record per operation (bench/records.py): the operation is the scenario."""
     sys.path.insert(0, str(BENCH_DIR))
     from records import command, now, revision
@@ -586,7 +593,8 @@ def records(figures: dict[str, Figures]) -> list[dict[str, Any]]:
     return [{"system": "delayq", "scenario": op, "revision": rev, "round": 1,
              "figures": {**{f"{k}_per_task": f[k] for k in PER_TASK},
                          "connections": f["connections"], "tasks": f["tasks"]},
-             "by_statement": f["by_statement"], "command": cmd, "date": when}
+             "by_statement": f["by_statement"], "command": cmd, "date": when,
+             "machine": machine}
             for op, f in figures.items()]
 
 
@@ -682,7 +690,8 @@ def main() -> int:
         print(json.dumps(drain(args.drain, 5000, args.tree.resolve()), indent=1))
         return 0
     n = args.n or (QUICK_N if args.budgets or args.check else FULL_N)
-    figures = measure(n, args.only)
+    about: dict[str, str] = {}
+    figures = measure(n, args.only, about)
     for op, f in figures.items():
         print(f"{op:42} " + " ".join(f"{k}={f[k]}" for k in (*EXACT, "rows", "buffers",
                                                                "wal_bytes")))
@@ -690,7 +699,7 @@ def main() -> int:
         sys.path.insert(0, str(BENCH_DIR))
         from records import save
 
-        save("counted", records(figures), replace_all=True)
+        save("counted", records(figures, about["machine"]), replace_all=True)
     if args.budgets:
         BUDGETS.write_text(json.dumps(budgets_of(figures, n), indent=1, sort_keys=True) + "\n")
     if args.check:
