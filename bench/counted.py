@@ -534,7 +534,7 @@ def _until(done: Callable[[], bool], timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not done():
         if time.monotonic() > deadline:
-            raise TimeoutError("the django.tasks worker did not finish")
+            raise TimeoutError(f"not done in {timeout_s:.0f} s")
         time.sleep(0.01)
 
 
@@ -627,45 +627,69 @@ def over_budget(figures: dict[str, Figures], budgets: dict[str, Any]) -> list[st
 
 
 def drain(rows: int, n: int, tree: Path) -> Figures:
-    """A Celery worker (``-P prefork -c 2``, prefetch 4) of ``tree``'s delayq draining ``n``
-    no-ops with ``rows`` far-future rows waiting in its queue; per task of the drain."""
+    """A Celery worker (``-P prefork -c 2``, prefetch 4, transport options at their defaults)
+    of ``tree``'s delayq draining ``n`` no-ops queued first, with ``rows`` far-future rows
+    waiting in its queue (bench/apps: the app of the ``scale`` scenario); per task of the
+    drain, the worker's start and warm shutdown included. The end is the app's report (Redis)
+    of the last task, so nothing but the worker touches the measured database meanwhile."""
+    sys.path.insert(0, str(BENCH_DIR / "apps"))
+    import report
+    from steady import load_far_rows
+
     with cluster() as port:
         relay = Relay(port)
         admin = f"postgresql://postgres@127.0.0.1:{port}/postgres"
         make_database(admin)
-        direct = admin.rsplit("/", 1)[0] + "/delayq"
         url = f"postgresql://postgres@127.0.0.1:{relay.port}/delayq?sslmode=disable"
+        key = f"counted-drain-{os.getpid()}-{time.time_ns()}"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(BENCH_DIR / "apps")]),
                "BENCH_BROKER_URL": f"delayq+{url}", "BENCH_QUEUE": "scale",
                "BENCH_TRANSPORT_OPTIONS": "{}", "BENCH_PREFETCH": "4"}
         code = ("import sys; from delayq_transport import DelayedQueue; "
                 "DelayedQueue(sys.argv[1], kind='scale').close()")
         subprocess.run([sys.executable, "-c", code, url], env=env, check=True)
-        sys.path.insert(0, str(BENCH_DIR / "apps"))
-        from steady import load_far_rows
-
-        load_far_rows(direct, "scale", rows)
+        load_far_rows(admin.rsplit("/", 1)[0] + "/delayq", "scale", rows)
         send = ("import celery_app as a\nwith a.app.producer_or_acquire() as p:\n"
-                f"    for i in range({n}): a.noop.apply_async(('k', {n}), producer=p)\n")
+                f"    for i in range({n}): a.noop.apply_async(({key!r}, {n}), producer=p)\n")
         subprocess.run([sys.executable, "-c", send], env=env, check=True, cwd=BENCH_DIR / "apps")
         out: Figures = {}
-        meter = Meter(port, relay, "delayq")
-        with psycopg.connect(direct, autocommit=True) as conn, meter.measure(n, out):
+        with Meter(port, relay, "delayq").measure(n, out):
             worker = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork",
                  "-c", "2", "-Q", "scale", "--without-heartbeat", "--without-gossip",
                  "--without-mingle", "-l", "WARNING"], env=env, cwd=BENCH_DIR / "apps",
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             start = time.monotonic()
-            left = "SELECT count(*) FROM delayed_queue WHERE \"pKey\" NOT LIKE 'far-%'"
-            while conn.execute(left).fetchone()[0]:  # type: ignore[index]
-                if time.monotonic() - start > 600:
-                    raise TimeoutError("the drain did not finish")
-                time.sleep(0.05)
+            _until(lambda: bool(report.client().exists(f"{key}:done")), 600.0)
             out["seconds"] = round(time.monotonic() - start, 2)
-            worker.terminate()
+            worker.terminate()  # a warm shutdown: the acks still pending are deleted
             worker.wait(60)
+        report.client().delete(key, f"{key}:first", f"{key}:done")
+        out["machine"] = _machine(admin)
         return out
+
+
+def _machine(admin: str) -> str:
+    sys.path.insert(0, str(BENCH_DIR))
+    from records import machine
+
+    return machine(admin)
+
+
+def drain_record(rows: int, n: int, tree: Path) -> dict[str, Any]:
+    """:func:`drain` as a record of ``bench/results/counted-drain.json``, one per revision."""
+    sys.path.insert(0, str(BENCH_DIR))
+    from records import command, now, revision
+
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    f = drain(rows, n, tree)
+    return {"system": "celery-delayq", "scenario": f"drain at {rows:,} waiting rows",
+            "revision": revision() if tree == REPO_ROOT else head, "round": 1,
+            "figures": {**{f"{k}_per_task": f[k] for k in PER_TASK}, "seconds": f["seconds"],
+                        "connections": f["connections"], "tasks": n},
+            "by_statement": f["by_statement"], "machine": f["machine"], "date": now(),
+            "command": command().replace("bench/run.py", "bench/counted.py")}
 
 
 def main() -> int:
@@ -687,7 +711,15 @@ def main() -> int:
         django_child(args.django_child[0], int(args.django_child[1]))
         return 0
     if args.drain is not None:
-        print(json.dumps(drain(args.drain, 5000, args.tree.resolve()), indent=1))
+        record = drain_record(args.drain, 5000, args.tree.resolve())
+        print(json.dumps(record, indent=1))
+        sys.path.insert(0, str(BENCH_DIR))
+        from records import load
+
+        runs = [r for r in load("counted-drain") if (r["scenario"], r["revision"]) !=
+                (record["scenario"], record["revision"])]
+        (BENCH_DIR / "results" / "counted-drain.json").write_text(
+            json.dumps([*runs, record], indent=1, sort_keys=True) + "\n")
         return 0
     n = args.n or (QUICK_N if args.budgets or args.check else FULL_N)
     about: dict[str, str] = {}
