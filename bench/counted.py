@@ -253,7 +253,13 @@ def _normal(text: str) -> str:
 
 def statement_names(tables: tuple[str, ...] = ("delayed_queue",)) -> dict[str, str]:
     """Normalised text -> name of every named statement of delayq's .sql files."""
-    from delayq_transport.core.db.queries import Queries, raw_queries
+    try:
+        from delayq_transport.core.db.queries import Queries, raw_queries
+    except ImportError:  # a revision before the core's parts (issue 43): one queries.py
+        from delayq_transport.core.queries import (  # type: ignore[import-not-found,no-redef]
+            Queries,
+            raw_queries,
+        )
 
     out: dict[str, str] = {}
     for table in tables:
@@ -267,11 +273,12 @@ def statement_names(tables: tuple[str, ...] = ("delayed_queue",)) -> dict[str, s
 class Meter:
     """Snapshots of one database's counters (read on a direct connection to another)."""
 
-    def __init__(self, port: int, relay: Relay, dbname: str) -> None:
+    def __init__(self, port: int, relay: Relay, dbname: str,
+                 names: dict[str, str] | None = None) -> None:
         self.conn = psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres",
                                     autocommit=True)
         self.relay, self.dbname = relay, dbname
-        self.names = statement_names()
+        self.names = statement_names() if names is None else names
 
     def name_of(self, query: str) -> str:
         """The block a statement came from: its text, else the longest shared start (a
@@ -653,7 +660,9 @@ def drain(rows: int, n: int, tree: Path) -> Figures:
                 f"    for i in range({n}): a.noop.apply_async(({key!r}, {n}), producer=p)\n")
         subprocess.run([sys.executable, "-c", send], env=env, check=True, cwd=BENCH_DIR / "apps")
         out: Figures = {}
-        with Meter(port, relay, "delayq").measure(n, out):
+        names = json.loads(subprocess.run([sys.executable, __file__, "--names"], env=env,
+                                          capture_output=True, check=True, text=True).stdout)
+        with Meter(port, relay, "delayq", names).measure(n, out):
             worker = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork",
                  "-c", "2", "-Q", "scale", "--without-heartbeat", "--without-gossip",
@@ -706,7 +715,11 @@ def main() -> int:
     parser.add_argument("--tree", type=Path, default=REPO_ROOT,
                         help="the checkout whose delayq --drain runs (a worktree of a revision)")
     parser.add_argument("--django-child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--names", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.names:  # the statement names of the delayq imported (--drain's other tree)
+        print(json.dumps(statement_names()))
+        return 0
     if args.django_child:
         django_child(args.django_child[0], int(args.django_child[1]))
         return 0
