@@ -23,7 +23,7 @@ set past the run (the announcer's window, the session's ack interval; acks flush
 ``batch_size``, as on a busy worker). The django.tasks worker runs its own timers and threads;
 its figures carry a tolerance (``bench/budgets.json``).
 
-    python3 bench/counted.py                 # 1,000 tasks each: bench/results/counted.json
+    python3 bench/counted.py --spark         # 1,000 tasks each: bench/results/counted.json
     python3 bench/counted.py --check         # 300 each, as the suite: compare with the budgets
     python3 bench/counted.py --budgets       # 300 each: rewrite bench/budgets.json
     python3 bench/counted.py --drain 5000000 # issue 43: a Celery drain of 5,000 no-ops
@@ -545,8 +545,44 @@ def _until(done: Callable[[], bool], timeout_s: float = 120.0) -> None:
         time.sleep(0.01)
 
 
+#: Rows per task of ``n`` that the Spark write takes (a bulk path: per-partition costs are
+#: spread over many rows, as in use).
+SPARK_ROWS_PER_N = 100
+
+
+def spark_write(ctx: Ctx) -> None:
+    """``schedule_tasks`` of ``n`` x 100 rows (8 partitions, ``local[2]``, a due time each
+    within a day), after a warm-up job; per row. Slow (a JVM): only with ``--spark``."""
+    from pyspark.sql import functions as F
+
+    from delayq_transport.spark import local_session, schedule_tasks
+
+    spark = local_session("delayq-counted", master="local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    base = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
+
+    def job(rows: int, task: str) -> Any:
+        df = spark.range(rows, numPartitions=8).select(
+            F.col("id").alias("user_id"),
+            (F.lit(base) + F.make_interval(secs=F.col("id") % 86_400)).alias("eta"))
+        return schedule_tasks(df, task, "eta", args=["user_id"], queue="spark",
+                              database_url=ctx.url, run_id=f"counted-{task}")
+
+    try:
+        job(1000, "warm.up")
+        rows = ctx.n * SPARK_ROWS_PER_N
+        with ctx.measure("Spark write"):
+            ctx.made("Spark write", job(rows, "bench.remind").created)
+    finally:
+        spark.stop()
+
+
 OPERATIONS: dict[str, Callable[[Ctx], None]] = {
-    "publish": publish, "consume": consume, "beat": beat_install, "django": django_tasks}
+    "publish": publish, "consume": consume, "beat": beat_install, "django": django_tasks,
+    "spark": spark_write}
+#: Left out unless asked for (``--spark``, ``--only spark``): a JVM's start takes longer than
+#: everything else together.
+SLOW = ("spark",)
 
 
 # -- a run, the records, the budgets ---------------------------------------------------------
@@ -582,7 +618,7 @@ def measure(n: int, groups: list[str] | None = None, about: dict[str, str] | Non
         finally:
             db.close()
         ctx = Ctx(url, Meter(port, relay, "delayq"), n)
-        for name in groups or list(OPERATIONS):
+        for name in groups or [g for g in OPERATIONS if g not in SLOW]:
             OPERATIONS[name](ctx)
         return ctx.figures
 
@@ -706,6 +742,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, help=f"tasks per operation (default {FULL_N}; with "
                         f"--budgets or --check {QUICK_N}, as the suite runs it)")
     parser.add_argument("--only", nargs="*", choices=list(OPERATIONS), help="operation groups")
+    parser.add_argument("--spark", action="store_true", help="add the Spark write (slow)")
     parser.add_argument("--budgets", action="store_true",
                         help="rewrite bench/budgets.json from this run")
     parser.add_argument("--check", action="store_true",
@@ -736,11 +773,12 @@ def main() -> int:
         return 0
     n = args.n or (QUICK_N if args.budgets or args.check else FULL_N)
     about: dict[str, str] = {}
-    figures = measure(n, args.only, about)
+    groups = args.only or ([*OPERATIONS] if args.spark else None)
+    figures = measure(n, groups, about)
     for op, f in figures.items():
         print(f"{op:42} " + " ".join(f"{k}={f[k]}" for k in (*EXACT, "rows", "buffers",
                                                                "wal_bytes")))
-    if not args.only and n == FULL_N:
+    if not args.only and args.spark and n == FULL_N:
         sys.path.insert(0, str(BENCH_DIR))
         from records import save
 
