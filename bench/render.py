@@ -14,6 +14,7 @@ A record of a revision with uncommitted changes is refused (``allow_dirty``: mar
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 import textwrap
@@ -48,7 +49,10 @@ def fmt(name: str, value: float | None) -> str:
     if name.endswith("_s") and not name.endswith("per_s"):
         return f"{value:,.2f}"
     if name.endswith("_per_task"):  # counted work (bench/counted.py): 0.01333 statements
-        return f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
+        if value >= 1000 or value == 0:
+            return f"{value:,.0f}"
+        digits = 3 - math.floor(math.log10(abs(value)))  # four significant, never 8e-05
+        return f"{value:.{digits}f}".rstrip("0").rstrip(".")
     if name.endswith(("_per_s", "_us", "_mb")) or float(value).is_integer():
         return f"{value:,.0f}"
     return f"{value:,.2f}"
