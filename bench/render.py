@@ -7,12 +7,14 @@ is the cell of a system in a results file (every round of it), ``cell.fig("tasks
 its median with the rounds' range, ``ratio(a, b, name)`` a ratio of medians, ``about(r.e2e)``
 the command, revision, date and machine the records name. One rounding rule for every figure:
 rates, µs and MB with no decimal, ms with one, seconds with two, ratios with two and ``×``,
-other figures as whole numbers when they are, else with two decimals.
+counts per task with four significant digits, other figures as whole numbers when they are,
+else with two decimals.
 A record of a revision with uncommitted changes is refused (``allow_dirty``: marked instead).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 import textwrap
@@ -46,9 +48,14 @@ def fmt(name: str, value: float | None) -> str:
         return f"{value:,.1f}"
     if name.endswith("_s") and not name.endswith("per_s"):
         return f"{value:,.2f}"
+    if name.endswith("_per_task"):  # counted work (bench/counted.py): 0.01333 statements
+        if value >= 1000 or value == 0:
+            return f"{value:,.0f}"
+        digits = 3 - math.floor(math.log10(abs(value)))  # four significant, never 8e-05
+        return f"{value:.{digits}f}".rstrip("0").rstrip(".")
     if name.endswith(("_per_s", "_us", "_mb")) or float(value).is_integer():
         return f"{value:,.0f}"
-    return f"{value:,.2f}"  # a count per task (bench/counted.py): 0.27 statements
+    return f"{value:,.2f}"
 
 
 @dataclass
