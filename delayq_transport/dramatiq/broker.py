@@ -43,10 +43,10 @@ from ..core.queue import (
     Session,
     check_linger,
     count_all,
-    expire,
     from_ms,
     list_kinds,
 )
+from ..formats import deadletters
 from . import names
 from .consumer import DelayqConsumer, IdleConsumer, misfired_periodic
 
@@ -54,12 +54,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 DEFAULT_POLLING_INTERVAL_S = 5.0
-#: Dramatiq's default for dead letters (RabbitMQ and Redis brokers): 7 days, in ms.
-DEFAULT_DEAD_MESSAGE_TTL_MS = int(os.getenv("dramatiq_dead_message_ttl", 86400000 * 7))
+#: Dramatiq's default for dead letters (RabbitMQ and Redis brokers, and delayq's policy,
+#: formats/deadletters.py): 7 days, in ms.
+DEFAULT_DEAD_MESSAGE_TTL_MS = int(os.getenv("dramatiq_dead_message_ttl",
+                                            deadletters.DEFAULT_RETENTION_S * 1000))
 #: How often ``join`` looks at the row count.
 JOIN_POLL_S = 0.01
-#: How often dead letters past their retention are deleted.
-EXPIRE_INTERVAL_S = 60.0
 #: Exceptions of dead-lettered messages kept per queue for ``join(fail_fast=True)``.
 FAILURES_KEPT = 100
 
@@ -199,7 +199,8 @@ class DelayqBroker(Broker):
     @property
     def session(self) -> Session:
         """The consumer session of this broker's consumers (core/queue/session.py): its thread reads
-        LISTEN, deletes acks in batches, extends leases and expires dead letters."""
+        LISTEN, deletes acks in batches, extends leases and expires dead letters (every front
+        end's: formats/deadletters.py)."""
         if self._session is None:
             self._session = Session(
                 self.queue, listen=lambda: Listener(self.db, self.queue.queries),
@@ -207,7 +208,7 @@ class DelayqBroker(Broker):
                 unheard_polling_interval=self.unheard_polling_interval,
                 misfired=misfired_periodic(self), listen_on_thread=True,
                 freeze_gc=self.freeze_gc,
-                jobs=[(EXPIRE_INTERVAL_S, self.expire_dead_letters)])
+                jobs=[deadletters.expiry_job(self.queue, self.dead_message_ttl_s)])
         return self._session
 
     def flush_publishes(self) -> None:
@@ -360,8 +361,9 @@ class DelayqBroker(Broker):
         return [m for q in sorted(self.queues) for m in self.dead_letters_of(q)]
 
     def expire_dead_letters(self) -> int:
-        """Delete dead letters whose retention ended (the session does it every minute)."""
-        return expire(self.queue, [self.dead_letter_kind(q) for q in self.queues])
+        """Delete dead letters whose retention ended, every front end's (the session does it
+        every minute: formats/deadletters.py)."""
+        return deadletters.expire_all(self.queue)
 
     def stats(self, queue_name: str) -> dict[str, Any]:
         """Rows of a queue (due, delayed and in flight together) and its dead letters."""

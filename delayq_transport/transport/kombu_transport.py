@@ -43,6 +43,7 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 
 from ..core import DatabaseError, DatabaseUnavailable, InvalidInput
 from ..core.queue import Session, check_linger
+from ..formats import deadletters
 from .backend import Backend
 from .channel import DelayqChannel, misfired_beats
 from .options import (
@@ -151,7 +152,9 @@ class Transport(virtual.Transport):
                 misfired=misfired_beats(backend.queue),
                 freeze_gc=TRANSPORT_OPTIONS.read(self.options, "freeze_gc"),
                 jobs=[(ttl / 4, self.touch_bindings),
-                      (ttl, lambda: backend.bindings.drop_stale_transient(int(ttl * 10_000)))])
+                      (ttl, lambda: backend.bindings.drop_stale_transient(int(ttl * 10_000))),
+                      deadletters.expiry_job(backend.queue, TRANSPORT_OPTIONS.read(
+                          self.options, "dead_letter_retention"))])
             if self._hub is not None:
                 self._session.attach(self._hub)
         return self._session

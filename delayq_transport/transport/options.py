@@ -18,6 +18,7 @@ from ..core.queue import (
     Options,
 )
 from ..formats.celery import PRIORITY_STEPS
+from ..formats.deadletters import DEFAULT_RETENTION_S
 
 TRANSPORT_OPTIONS = Options(
     Option("acquire_timeout", 60.0, "seconds",
@@ -73,6 +74,12 @@ TRANSPORT_OPTIONS = Options(
            "are collected as before. False leaves the collector alone."),
     Option("priority_steps", list(PRIORITY_STEPS), "list of int",
            "Priority buckets, with the Redis transport's meaning: 0 is served first."),
+    Option("dead_letter_retention", DEFAULT_RETENTION_S, "seconds",
+           "How long a message rejected without requeue (`Reject(requeue=False)`, an "
+           "unregistered task, a failed `acks_late` task with "
+           "`task_acks_on_failure_or_timeout=False`) is kept as a dead letter of its queue "
+           "([dead letters](../how-to/manage-tasks.md#dead-letters)); 0 deletes it at once.",
+           shown="604800.0 (7 days)"),
     Option("ensure_schema", True, "bool",
            "On connect, read the migrations ledger (SELECT only) and migrate only when a "
            "migration is missing. A role without DDL rights works once `delayq migrate` ran; "

@@ -65,8 +65,8 @@ def api(queue: DelayedQueue, **options: object) -> TestClient:
 def test_dead_letters_list_show_requeue_and_delete(broker: DelayqBroker) -> None:
     fail(broker, "a", "b", "c")
     svc = DeadLetterService(broker.queue)
-    assert svc.queues() == [{"queue": "q", "kind": "dramatiq:q.XQ", "dead_letters": 3,
-                             "capped": False}]
+    assert svc.queues() == [{"queue": "q", "front_end": "dramatiq", "kind": "dramatiq:q.XQ",
+                             "dead_letters": 3, "capped": False}]
     first = svc.list_page("q", limit=2)
     rest = svc.list_page(None, first.next_cursor, 2)
     ids = [d.row.id for d in first.items + rest.items]
