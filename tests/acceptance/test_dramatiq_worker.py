@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dramatiq  # noqa: F401  (the dev extra installs it: missing, collection fails here)
 import psycopg
@@ -187,6 +188,31 @@ def test_worker_runs_queues_delays_retries_limits_callbacks_and_compositions(
     assert broker.stats("alpha")["messages"] == 0
     broker.flush_all()
     assert broker.dead_letters == []
+
+
+def test_a_dead_letter_is_listed_then_expired_by_the_worker(
+        app: object, start_worker: Callable[..., DramatiqWorker], database_url: str) -> None:
+    """The dead-letter policy (formats/deadletters.py) under a real worker: listed beside the
+    other front ends' (``delayq tasks dead-letters``), deleted by the worker's expiry when its
+    retention (``dead_message_ttl``) ends, nothing else touched."""
+    from _dead_letters import bystanders, listed
+
+    left = bystanders(database_url)
+    start_worker("--processes", "1", "--threads", "1", env={"DELAYQ_DEAD_TTL_MS": "3000"})
+    sent = app.broken.send("x")  # type: ignore[attr-defined]
+    [letter] = wait_until(lambda: listed(database_url, "dramatiq"), 30, "a dead letter")
+    assert (letter["queue"], letter["actor"], letter["message_id"]) == (
+        "default", "broken", sent.message_id)
+    assert letter["exception"] == "ValueError: broken x"
+    wait_until(lambda: not listed(database_url, "dramatiq"), 30, "the dead letter expired")
+    assert left() == [("bystander", "due-now"), ("dramatiq:kept.XQ", "kept-a-day")]
+
+
+def wait_until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    """:func:`wait_for` that returns what the condition found."""
+    found: list[Any] = []
+    wait_for(lambda: bool(found.append(cond()) or found[-1]), timeout, what)
+    return found[-1]
 
 
 @pytest.mark.slow

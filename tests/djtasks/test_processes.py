@@ -71,6 +71,28 @@ def test_a_worker_process_runs_tasks_and_another_process_reads_the_results(
     assert worker.proc.poll() is None
 
 
+def test_a_row_that_is_not_a_task_is_a_dead_letter_listed_then_expired(
+        dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    """The dead-letter policy (formats/deadletters.py) under a real worker: the row moves to
+    ``django.XQ``, is listed beside the other front ends' (``delayq tasks dead-letters``) and
+    is deleted by the worker's expiry when ``DEAD_LETTER_RETENTION`` ends, nothing else
+    touched."""
+    from _dead_letters import bystanders, listed
+
+    from delayq_transport.core.queue import DelayedQueue
+    from delayq_transport.formats.django_tasks import kind_of
+
+    left = bystanders(dj_url)
+    worker = start_worker(DJANGO_TASKS_OPTIONS=json.dumps({"DEAD_LETTER_RETENTION": 3}))
+    with DelayedQueue(dj_url, kind=kind_of("default", 0), ensure_schema=False) as queue:
+        queue.offer("not-a-task", b"[1, 2]")
+    [letter] = wait_until(lambda: listed(dj_url, "django.tasks"), "a dead letter", 30)
+    assert (letter["kind"], letter["actor"]) == ("django.XQ", None)
+    wait_until(lambda: not listed(dj_url, "django.tasks"), "the dead letter expired", 30)
+    assert left() == [("bystander", "due-now"), ("dramatiq:kept.XQ", "kept-a-day")]
+    assert "moved to kind django.XQ, kept 3 s" in worker.log()
+
+
 def test_sigterm_lets_a_running_task_finish(
         dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
     with gate_closed(dj_url) as open_gate:
