@@ -60,6 +60,7 @@ from ..core import (
     Subscription,
     TaskResults,
 )
+from ..core.schema import wait_for_schema
 from ..formats import deadletters
 from ..formats.django_tasks import KIND_PREFIX, TASK_FIELDS
 from ._framework import (
@@ -207,9 +208,11 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.db = Database(backend.url(), min_size=0, max_size=threads + 4)
         try:
+            wait_for_schema(self.db, backend.table, timeout_s=backend.schema_wait,
+                            also=" (Django: `manage.py delayq_migrate`)")
             self.queue = DelayedQueue(
                 self.db, kind=kind_of(self.queue_names[0], 0), table=backend.table,
-                acquire_timeout=backend.lease, ensure_schema=True,
+                acquire_timeout=backend.lease, ensure_schema=False,
                 relaxed_consumer_commits=True, low_watermark=True)
         except BaseException:
             self.db.close()

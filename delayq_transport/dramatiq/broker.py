@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -46,6 +47,7 @@ from ..core.queue import (
     from_ms,
     list_kinds,
 )
+from ..core.schema import DEFAULT_SCHEMA_WAIT_S, wait_for_schema
 from ..formats import deadletters
 from . import names
 from .consumer import DelayqConsumer, IdleConsumer, misfired_periodic
@@ -117,6 +119,9 @@ class DelayqBroker(Broker):
       namespace: prefix of the broker's row kinds (``<namespace>:<queue>``).
       ensure_schema: on start, read the migrations ledger and migrate only when a migration
         is missing; False skips the check.
+      schema_wait: in a process the ``dramatiq`` command started, seconds to wait for
+        delayq's tables before failing (docs/how-to/upgrade.md#a-worker-before-delayq-migrate);
+        0 fails at once, as a producer always does.
       pool_size: most connections of each of the process' two pools (opened on first use),
         plus one LISTEN connection per worker process.
       pooling: ``auto``, ``session`` or ``transaction``, as the Celery transport's option.
@@ -147,6 +152,7 @@ class DelayqBroker(Broker):
         fail_fast_default: bool = False,
         namespace: str = names.NAMESPACE,
         ensure_schema: bool = True,
+        schema_wait: float = DEFAULT_SCHEMA_WAIT_S,
         pool_size: int = 8,
         pooling: str = "auto",
         listen_url: str | None = None,
@@ -183,10 +189,20 @@ class DelayqBroker(Broker):
         # The start-up line Celery's banner gives (the URL libpq connects with, a failover
         # list already merged into it): which server a worker talks to, without its password.
         log.info("delayq: Dramatiq broker on %s (table %s)", mask_password(database.url), table)
+        # A worker (``dramatiq.cli`` started this process) waits for the tables, where a
+        # producer fails at once: it imports this broker before it can consume.
+        wait = ensure_schema and "dramatiq.cli" in sys.modules
+        if wait:
+            try:
+                wait_for_schema(database, table, timeout_s=schema_wait)
+            except BaseException:
+                if self._owns_db:
+                    database.close()
+                raise
         self.queue = DelayedQueue(database, kind=f"{namespace}:", table=table,
                                   acquire_timeout=timedelta(seconds=acquire_timeout),
-                                  ensure_schema=ensure_schema, relaxed_consumer_commits=True,
-                                  low_watermark=low_watermark)
+                                  ensure_schema=ensure_schema and not wait,
+                                  relaxed_consumer_commits=True, low_watermark=low_watermark)
         self._kind_queues: dict[str, DelayedQueue] = {}
         self._failures: defaultdict[str, deque[Failure]] = defaultdict(
             lambda: deque(maxlen=FAILURES_KEPT))

@@ -12,11 +12,16 @@ from ..core import ListenUndeliverable
 from ..core.db import Database
 from ..core.integrations import Bindings
 from ..core.queue import DelayedQueue, Listener, PublishBuffer, check_linger
-from ..core.schema import set_unlogged
+from ..core.schema import set_unlogged, wait_for_schema
 from . import message as msg
 from .options import TRANSPORT_OPTIONS
 
 log = logging.getLogger(__name__)
+
+#: Set by Celery's ``worker_init`` (kombu_transport.py): this process is a ``celery worker``,
+#: whose backend waits for delayq's tables (core/schema: ``wait_for_schema``) where a producer
+#: fails at once.
+IN_WORKER = threading.Event()
 
 
 class Backend:
@@ -39,12 +44,15 @@ class Backend:
                            single_pool=bool(opt("single_pool")), pooling=str(opt("pooling")),
                            listen_url=opt("listen_url"))
         try:
+            wait = bool(opt("ensure_schema")) and IN_WORKER.is_set()
+            if wait:
+                wait_for_schema(self.db, self.table, timeout_s=float(opt("schema_wait")))
             self.queue = DelayedQueue(
                 self.db,
                 kind=msg.DEFAULT_QUEUE,
                 table=self.table,
                 acquire_timeout=float(opt("acquire_timeout")),
-                ensure_schema=bool(opt("ensure_schema")),
+                ensure_schema=bool(opt("ensure_schema")) and not wait,
                 relaxed_consumer_commits=not opt("durable_acks"),
                 # Polls start at this consumer's low watermark (core/queue/watermark.py); Wakeups
                 # feeds it every NOTIFY and resets it when LISTEN was lost.

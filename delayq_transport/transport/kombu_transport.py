@@ -44,7 +44,7 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 from ..core import DatabaseError, DatabaseUnavailable, InvalidInput
 from ..core.queue import Session, check_linger
 from ..formats import deadletters
-from .backend import Backend
+from .backend import IN_WORKER, Backend
 from .channel import DelayqChannel, misfired_beats
 from .options import (
     BACKEND_OPTIONS,
@@ -57,6 +57,20 @@ from .urls import render, url_from_client
 
 for _scheme in ("delayq", "delayq+postgresql", "delayq+postgres"):  # see delayq_transport
     TRANSPORT_ALIASES.setdefault(_scheme, "delayq_transport.transport:Transport")
+
+
+def _worker_starts(**_: Any) -> None:
+    """Celery's ``worker_init``, sent before the worker connects (kombu imported this module
+    when the app made its first connection object): its backend waits for the tables."""
+    IN_WORKER.set()
+
+
+try:
+    from celery import signals as _celery_signals
+except ImportError:  # kombu without Celery: no worker to wait in
+    pass
+else:
+    _celery_signals.worker_init.connect(_worker_starts, weak=False)
 
 
 class Transport(virtual.Transport):

@@ -208,6 +208,45 @@ def test_a_dead_letter_is_listed_then_expired_by_the_worker(
     assert left() == [("bystander", "due-now"), ("dramatiq:kept.XQ", "kept-a-day")]
 
 
+def test_a_worker_waits_for_delayq_migrate_then_consumes(
+        app_env: dict[str, str], tmp_path: Path) -> None:
+    """Started on a database without delayq's tables, its role unable to create them (a
+    deploy where ``delayq migrate`` runs beside the new workers): it waits, saying so every
+    few seconds and naming ``delayq migrate``, and consumes once the release step ran
+    (docs/how-to/upgrade.md#a-worker-before-delayq-migrate; Celery's:
+    tests/acceptance/test_schema_wait.py)."""
+    from _pg_roles import before_migrate
+
+    from delayq_transport.dramatiq import DelayqBroker
+
+    waiting = "waiting for its tables: no delayq tables in database"
+    with before_migrate() as (owner, role, release):
+        worker = DramatiqWorker(["--processes", "1", "--threads", "1"],
+                                dict(app_env, DELAYQ_DATABASE_URL=role), tmp_path / "w.log")
+        try:
+            wait_until(lambda: worker.log().count(waiting) >= 2, 60, "the line, twice")
+            line = next(x for x in worker.log().splitlines() if waiting in x)
+            assert "run `delayq migrate`" in line and "giving up in" in line
+            assert worker.proc.poll() is None
+            release()
+            with psycopg.connect(owner, autocommit=True) as conn:
+                conn.execute(RUNS_DDL)
+                conn.execute(f"GRANT ALL ON dramatiq_runs, dramatiq_runs_id_seq TO "
+                             f"\"{role.split('//')[1].split('@')[0]}\"")
+            worker.wait_ready(60)
+            broker = DelayqBroker(url=owner)
+            try:
+                broker.declare_queue("alpha")
+                broker.enqueue(dramatiq.Message(queue_name="alpha", actor_name="note",
+                                                args=("after migrate",), kwargs={},
+                                                options={}))
+                wait_until(lambda: runs(owner, "note"), 30, "the task ran")
+            finally:
+                broker.close()
+        finally:
+            worker.stop(graceful=False)
+
+
 def wait_until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
     """:func:`wait_for` that returns what the condition found."""
     found: list[Any] = []
