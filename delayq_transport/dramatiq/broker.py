@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -35,7 +36,7 @@ from dramatiq.errors import QueueJoinTimeout, QueueNotFound
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
-from ..core import InvalidInput
+from ..core import InvalidInput, SchemaMissing
 from ..core.db import Database, mask_password
 from ..core.queue import (
     DelayedQueue,
@@ -83,6 +84,31 @@ def _rebuild(failure: Failure) -> BaseException:
         return kind(*args)
     except Exception:
         return Exception(f"{kind.__name__}{args!r}")
+
+
+def _wait_for_schema(database: Database, table: str, timeout_s: float) -> None:
+    """The wait of a ``dramatiq`` worker process, which SIGTERM ends: the CLI's own handler only
+    marks the process stopping, which its worker checks once booted, after this returns."""
+    stop = threading.Event()
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def stopping(signum: int, frame: Any) -> None:
+        stop.set()
+        if callable(previous):
+            previous(signum, frame)
+
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.signal(signal.SIGTERM, stopping)
+    try:
+        wait_for_schema(database, table, timeout_s=timeout_s, stop=stop)
+    except SchemaMissing:
+        if stop.is_set():  # told to stop before it started: nothing to undo
+            raise SystemExit(0) from None
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 class DelayqBroker(Broker):
@@ -194,7 +220,7 @@ class DelayqBroker(Broker):
         wait = ensure_schema and "dramatiq.cli" in sys.modules
         if wait:
             try:
-                wait_for_schema(database, table, timeout_s=schema_wait)
+                _wait_for_schema(database, table, schema_wait)
             except BaseException:
                 if self._owns_db:
                     database.close()

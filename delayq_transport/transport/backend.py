@@ -8,7 +8,7 @@ import os
 import threading
 from typing import Any
 
-from ..core import ListenUndeliverable
+from ..core import ListenUndeliverable, SchemaMissing
 from ..core.db import Database
 from ..core.integrations import Bindings
 from ..core.queue import DelayedQueue, Listener, PublishBuffer, check_linger
@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 #: whose backend waits for delayq's tables (core/schema: ``wait_for_schema``) where a producer
 #: fails at once.
 IN_WORKER = threading.Event()
+#: Set by Celery's ``worker_shutting_down``: a worker told to stop while it waits stops.
+WORKER_STOPPING = threading.Event()
 
 
 class Backend:
@@ -46,7 +48,7 @@ class Backend:
         try:
             wait = bool(opt("ensure_schema")) and IN_WORKER.is_set()
             if wait:
-                wait_for_schema(self.db, self.table, timeout_s=float(opt("schema_wait")))
+                self._wait_for_schema(float(opt("schema_wait")))
             self.queue = DelayedQueue(
                 self.db,
                 kind=msg.DEFAULT_QUEUE,
@@ -73,6 +75,14 @@ class Backend:
         linger = check_linger(TRANSPORT_OPTIONS.read(options, "publish_linger"))
         #: ``publish_linger`` on: this process' publishes, written in batches (off: None).
         self.publisher = PublishBuffer(self.queue_for, linger) if linger else None
+
+    def _wait_for_schema(self, timeout_s: float) -> None:
+        try:
+            wait_for_schema(self.db, self.table, timeout_s=timeout_s, stop=WORKER_STOPPING)
+        except SchemaMissing:
+            if WORKER_STOPPING.is_set():  # a warm shutdown before it started: nothing to undo
+                raise SystemExit(0) from None
+            raise
 
     def flush_publishes(self) -> None:
         """Write what this process buffered first: a purge or a count must see it."""

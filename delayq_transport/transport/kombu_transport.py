@@ -44,7 +44,7 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 from ..core import DatabaseError, DatabaseUnavailable, InvalidInput
 from ..core.queue import Session, check_linger
 from ..formats import deadletters
-from .backend import IN_WORKER, Backend
+from .backend import IN_WORKER, WORKER_STOPPING, Backend
 from .channel import DelayqChannel, misfired_beats
 from .options import (
     BACKEND_OPTIONS,
@@ -65,12 +65,18 @@ def _worker_starts(**_: Any) -> None:
     IN_WORKER.set()
 
 
+def _worker_stops(**_: Any) -> None:
+    """Celery's ``worker_shutting_down`` (SIGTERM, SIGINT): a wait for the tables ends."""
+    WORKER_STOPPING.set()
+
+
 try:
     from celery import signals as _celery_signals
 except ImportError:  # kombu without Celery: no worker to wait in
     pass
 else:
     _celery_signals.worker_init.connect(_worker_starts, weak=False)
+    _celery_signals.worker_shutting_down.connect(_worker_stops, weak=False)
 
 
 class Transport(virtual.Transport):

@@ -247,6 +247,23 @@ def test_a_worker_waits_for_delayq_migrate_then_consumes(
             worker.stop(graceful=False)
 
 
+def test_a_waiting_worker_stops_at_once_on_sigterm(
+        app_env: dict[str, str], tmp_path: Path) -> None:
+    """SIGTERM to the ``dramatiq`` process ends its worker's wait for the tables (exit 0),
+    not the 600 s of ``schema_wait``."""
+    from _pg_roles import before_migrate
+
+    with before_migrate() as (_, role, _release):
+        worker = DramatiqWorker(["--processes", "1", "--threads", "1"],
+                                dict(app_env, DELAYQ_DATABASE_URL=role), tmp_path / "w.log")
+        try:
+            wait_until(lambda: "waiting for its tables" in worker.log(), 60, "the line")
+            os.kill(worker.proc.pid, signal.SIGTERM)
+            assert worker.proc.wait(timeout=15) == 0, worker.log()[-2000:]
+        finally:
+            worker.stop(graceful=False)
+
+
 def wait_until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
     """:func:`wait_for` that returns what the condition found."""
     found: list[Any] = []

@@ -7,6 +7,8 @@ tests/djtasks/test_processes.py; a worker that gives up: test_captured_workers.p
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -38,3 +40,15 @@ def test_a_worker_waits_for_delayq_migrate_then_consumes(
         assert [r["task_id"] for r in executions(database_url, "mark")] == [sent.id]
         close_connections(producer)
         worker.stop()
+
+
+def test_a_waiting_worker_stops_at_once_on_sigterm(
+        start_celery: Callable[..., CeleryProcess]) -> None:
+    """A deploy rolled back before its release step: the waiting worker's warm shutdown ends
+    the wait (exit 0), not the 600 s of ``schema_wait``."""
+    with before_migrate() as (_, role, _release):
+        worker = start_celery("worker", "--loglevel=INFO", "-P", "solo", "-n", "w@%h",
+                              env={"DELAYQ_BROKER_URL": broker_url(role)}, name="worker")
+        worker.wait_for_log(WAITING, timeout=60)
+        os.kill(worker.proc.pid, signal.SIGTERM)
+        assert worker.proc.wait(timeout=15) == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -479,7 +480,8 @@ SCHEMA_CHECK_S = 1.0
 SCHEMA_SAY_S = 5.0
 
 
-def wait_for_schema(db: Database, table: str, *, timeout_s: float, also: str = "") -> list[int]:
+def wait_for_schema(db: Database, table: str, *, timeout_s: float, also: str = "",
+                    stop: threading.Event | None = None) -> list[int]:
     """What the three workers run on start instead of :func:`ensure_schema`, for a deploy where
     ``delayq migrate`` runs beside the new workers (docs/how-to/upgrade.md).
 
@@ -488,7 +490,8 @@ def wait_for_schema(db: Database, table: str, *, timeout_s: float, also: str = "
     naming ``delayq migrate`` (and ``also``, the front end's own command); once the tables are
     current (and readable: their grants may follow the migration) it starts. After
     ``timeout_s`` (0: at once) it raises what :func:`ensure_schema` raised, naming the wait, or
-    the PermissionDenied of tables it may still not read.
+    the PermissionDenied of tables it may still not read; as soon as ``stop`` is set (the
+    worker told to shut down meanwhile), what ensure_schema raised, saying so.
     """
     try:
         return ensure_schema(db, table)
@@ -497,6 +500,7 @@ def wait_for_schema(db: Database, table: str, *, timeout_s: float, also: str = "
             raise
         first = exc
     deadline, said = time.monotonic() + timeout_s, float("-inf")
+    stop = stop or threading.Event()
     while True:
         try:
             require_schema(db, table)
@@ -505,6 +509,8 @@ def wait_for_schema(db: Database, table: str, *, timeout_s: float, also: str = "
         except (SchemaMissing, PermissionDenied) as exc:
             why = exc
         now = time.monotonic()
+        if stop.is_set():
+            raise SchemaMissing(f"{first} (stopped while waiting)") from first
         if now >= deadline:
             if isinstance(why, PermissionDenied):
                 raise why
@@ -513,7 +519,7 @@ def wait_for_schema(db: Database, table: str, *, timeout_s: float, also: str = "
             said = now
             log.warning("delayq: waiting for its tables: %s%s; looking again every %g s, "
                         "giving up in %.0f s", why, also, SCHEMA_CHECK_S, deadline - now)
-        time.sleep(min(SCHEMA_CHECK_S, deadline - now))
+        stop.wait(min(SCHEMA_CHECK_S, deadline - now))
 
 
 def current_version(db: Database, table: str) -> int:
