@@ -299,7 +299,7 @@ def _from_result(s: ResultSummary, *, full: bool = False) -> Failure:
 
 def _from_dead_letter(d: DeadLetter, *, full: bool = False) -> Failure:
     return Failure(d.kind.front_end, f"#{d.row.id}", d.task, d.queue,
-                   d.row.scheduled_at_initially_ms, int(d.options.get("retries", 0)) + 1,
+                   d.row.scheduled_at_initially_ms, int(d.as_dict()["retries"]) + 1,
                    d.exception, d.traceback if full else None,
                    (d.row.scheduled_at_ms, str(d.row.id)))
 
