@@ -7,7 +7,7 @@ so parallel test runs and other engineers' tests never see them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
@@ -64,3 +64,36 @@ def bare_role(database_url: str, prefix: str = "dq51") -> Iterator[str]:
                           "WHERE usename = %s", (name,))
             admin.execute(f'DROP OWNED BY "{name}"')
             admin.execute(f'DROP ROLE "{name}"')
+
+
+@contextmanager
+def before_migrate(profile: str = "worker") -> Iterator[tuple[str, str, Callable[[], None]]]:
+    """A deploy where ``delayq migrate`` runs beside the new workers: an empty database, a
+    LOGIN role that may not create delayq's tables there, and the release step (``delayq
+    migrate`` as the owner, then the role's grants as ``delayq grants`` prints them). Yields
+    (the owner's URL, the role's URL, the release step)."""
+    from conftest import create_database, drop_database
+
+    db = f"delayq_t_{uuid.uuid4().hex[:12]}"
+    owner = create_database(db)
+    name = f"dq_{profile}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(owner, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{name}" LOGIN')
+
+    def release() -> None:
+        migrated = CliRunner().invoke(main, ["-d", owner, "migrate"])
+        assert migrated.exit_code == 0, migrated.output
+        with psycopg.connect(owner, autocommit=True) as admin:
+            admin.execute(grant_text(profile, name))
+
+    try:
+        yield owner, role_url(owner, name), release
+    finally:
+        drop_database(db)
+        with psycopg.connect(url_for_postgres(owner), autocommit=True) as admin:
+            admin.execute(f'DROP ROLE "{name}"')
+
+
+def url_for_postgres(url: str) -> str:
+    """The maintenance database of the server ``url`` is on (to drop what lives in none)."""
+    return urlunsplit(urlsplit(url)._replace(path="/postgres"))

@@ -1,6 +1,6 @@
-"""``delayq tasks dead-letters list|show|requeue|delete``: Dramatiq's dead letters, as the web
-page's dead-letters page shows them (:class:`delayq_transport.tasks.deadletters
-.DeadLetterService`)."""
+"""``delayq tasks dead-letters list|show|requeue|delete``: every front end's dead letters
+(formats/deadletters.py), as the web page's dead-letters page shows them
+(:class:`delayq_transport.tasks.deadletters.DeadLetterService`)."""
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ def _service(obj: Context, hide_args: bool = False) -> Iterator[DeadLetterServic
 
 @click.group("dead-letters")
 def dead_letters_group() -> None:
-    """Dramatiq messages that failed for good: list, show, requeue, delete."""
+    """Messages no worker takes again, every front end's: list, show, requeue, delete."""
 
 
 @dead_letters_group.command("list")
-@click.option("--queue", "-Q", help="Dramatiq queue name (default: every queue)")
+@click.option("--queue", "-Q", help="Queue name, or dramatiq:NAME / celery:NAME for one front "
+              "end's (default: every queue)")
 @click.option("--limit", "-n", type=click.IntRange(1, 500), default=50, show_default=True,
               help="Dead letters per page")
 @click.option("--cursor", help="Continue after a previous page (printed at its end)")
@@ -45,10 +46,11 @@ def list_cmd(obj: Context, queue: str | None, limit: int, cursor: str | None,
         emit({"queues": queues, "dead_letters": [d.as_dict() for d in page.items],
                "next_cursor": nxt})
         return
-    table = Table("id", "failed at", "actor", "queue", "retries", "exception")
+    table = Table("id", "failed at", "task", "queue", "retries", "exception")
     for d in (x.as_dict() for x in page.items):
-        table.add_row(str(d["id"]), (d["failed_at"] or "")[:19], d["actor"] or "", d["queue"],
-                      str(d["retries"]), d["exception"] or "")
+        table.add_row(str(d["id"]), (d["failed_at"] or "")[:19], d["actor"] or "",
+                      f"{d['front_end']}: {d['queue']}", str(d["retries"]),
+                      d["exception"] or "")
     console.print(table)
     counts = ", ".join(f"{q['queue']}: {q['dead_letters']}{'+' if q['capped'] else ''}"
                        for q in queues)
@@ -69,8 +71,8 @@ def show_cmd(obj: Context, ident: str, hide_args: bool, as_json: bool) -> None:
     if as_json:
         emit(data)
         return
-    for key in ("id", "queue", "actor", "message_id", "failed_at", "kept_until", "retries",
-                "exception", "args", "kwargs"):
+    for key in ("id", "front_end", "queue", "actor", "message_id", "failed_at", "kept_until",
+                "retries", "exception", "args", "kwargs"):
         console.print(f"{key:>11}: {data[key]}", markup=False, highlight=False)
     console.print(data["traceback"] or "(no traceback)", markup=False, highlight=False)
 

@@ -27,10 +27,11 @@ SCHEMA_WRITERS: dict[str, str] = {
                         "step, as the role that owns the tables.",
     "what uses the queue: Celery workers, producers and beat, Django, the Dramatiq broker, "
     "Spark jobs that write, the Python API (`DelayedQueue`)": "On first use, read the "
-        "migrations ledger and apply what is missing if their role may run DDL, else refuse to "
-        "start naming `delayq migrate` (`ensure_schema=False` turns this off): a process that "
-        "uses the queue cannot run without its tables, and an upgrade then needs no separate "
-        "step where one role does everything (docs/how-to/roles.md).",
+        "migrations ledger and apply what is missing if their role may run DDL "
+        "(`ensure_schema=False` turns this off); otherwise a worker waits for `delayq "
+        "migrate` and anything else refuses, naming it ([a worker before `delayq migrate`]"
+        "(../how-to/upgrade.md#a-worker-before-delayq-migrate)): an upgrade then needs no "
+        "separate step where one role does everything.",
     "`delayq demo`": "Only tables of its own (`delayq_demo` and its companions), never the "
                      "queue table of `--table`.",
     "every other `delayq` command": "Never: they check the ledger first and exit 3 with "

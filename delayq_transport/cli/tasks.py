@@ -86,8 +86,8 @@ def list_cmd(obj: Context, limit: int, cursor: str | None, hide_args: bool,
 
     A periodic entry (Celery beat's, Dramatiq's, django.tasks') shows as its next installed
     occurrence; --all-occurrences lists every one. ``--state failed`` lists failed tasks
-    instead, newest first: django.tasks results FAILED and Dramatiq's dead letters (a Celery
-    task's failure is in its result backend: ``show``)."""
+    instead, newest first: django.tasks results FAILED and every front end's dead letters (a
+    Celery task that failed and was acked is in its result backend: ``show``)."""
     if kw["state"] == "failed":
         _list_failed(obj, limit, cursor, as_json, all_occurrences=all_occurrences, **kw)
         return

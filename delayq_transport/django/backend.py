@@ -305,6 +305,8 @@ class DelayqBackend(BaseTaskBackend):
         self.lease: float = options["LEASE"]
         self.result_retention: float | None = options["RESULT_RETENTION"]
         self.polling_interval: float = options["POLLING_INTERVAL"]
+        self.dead_letter_retention: float = options["DEAD_LETTER_RETENTION"]
+        self.schema_wait: float = options["SCHEMA_WAIT"]
         self.pool_size: int = options["POOL_SIZE"]
         #: Periodic tasks (delayq_transport/django/periodic.py), installed by the workers.
         self.periodic: dict[str, Any] = dict(options["PERIODIC"])

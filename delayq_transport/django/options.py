@@ -24,8 +24,11 @@ from ..core.queue import (
     seconds,
     whole,
 )
+from ..core.schema import DEFAULT_SCHEMA_WAIT_S
+from ..formats.deadletters import DEFAULT_RETENTION_S
 
 DEFAULT_RESULT_RETENTION_S = 7 * 86400.0
+DEAD_LETTER_RETENTION_S = DEFAULT_RETENTION_S
 #: ``OPTIONS["PERIODIC_SOURCE"]``: where a backend's periodic tasks come from.
 PERIODIC_SOURCES = ("settings", "admin", "both")
 IS_PERIODIC_SOURCE = Check(f"one of {', '.join(map(repr, PERIODIC_SOURCES))}",
@@ -63,6 +66,14 @@ TASK_OPTIONS = Options(
            optional(seconds(), "kept forever"),
            "How long a finished task's result stays readable (`get_result`); the workers "
            "delete older ones.", shown="604800.0 (7 days)"),
+    option("DEAD_LETTER_RETENTION", DEAD_LETTER_RETENTION_S, seconds(),
+           "How long a row the worker cannot read as a task is kept as a dead letter (kind "
+           "`django.XQ`, [dead letters](../how-to/manage-tasks.md#dead-letters)).",
+           shown="604800.0 (7 days)"),
+    option("SCHEMA_WAIT", DEFAULT_SCHEMA_WAIT_S, seconds(),
+           "How long `manage.py delayq_worker` waits for delayq's tables before it exits ([a "
+           "worker before `delayq migrate`](../how-to/upgrade.md#a-worker-before-delayq-migrate)"
+           "); 0 exits at once."),
     option("POLLING_INTERVAL", 5.0, seconds(positive=True),
            "A worker's fallback poll: it is woken by LISTEN/NOTIFY for new due tasks and by a "
            "timer for the earliest known due time; this poll only covers a missed "

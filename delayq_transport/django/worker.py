@@ -60,6 +60,8 @@ from ..core import (
     Subscription,
     TaskResults,
 )
+from ..core.schema import wait_for_schema
+from ..formats import deadletters
 from ..formats.django_tasks import KIND_PREFIX, TASK_FIELDS
 from ._framework import (
     Task,
@@ -93,9 +95,6 @@ PRUNE_INTERVAL_S = 300.0
 ERROR_PAUSE_S = 1.0
 #: A task whose outcome could not be written (the database failed) is due again this late.
 SETTLE_RETRY_S = 5.0
-#: Where a row that is not a task (its payload undecodable) is moved, and for how long.
-DEAD_KIND = "django.XQ"
-DEAD_RETENTION_S = 7 * 86400.0
 #: Frames of a failed task's traceback kept.
 TRACEBACK_LIMIT = 30
 #: A worker process that dies sooner than this after it started is started again only after it.
@@ -209,9 +208,11 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.db = Database(backend.url(), min_size=0, max_size=threads + 4)
         try:
+            wait_for_schema(self.db, backend.table, timeout_s=backend.schema_wait,
+                            also=" (Django: `manage.py delayq_migrate`)")
             self.queue = DelayedQueue(
                 self.db, kind=kind_of(self.queue_names[0], 0), table=backend.table,
-                acquire_timeout=backend.lease, ensure_schema=True,
+                acquire_timeout=backend.lease, ensure_schema=False,
                 relaxed_consumer_commits=True, low_watermark=True)
         except BaseException:
             self.db.close()
@@ -223,7 +224,8 @@ class Worker:
         #: The kinds polled: those holding rows (a scan now and then, and wake-ups).
         self.live = LiveKinds(self.kinds, self.results.kinds)
         jobs: list[tuple[float, Callable[[], object]]] = [
-            (RESCAN_S, self.live.rescan), (self.attempts.touch_interval_s, self.attempts.touch)]
+            (RESCAN_S, self.live.rescan), (self.attempts.touch_interval_s, self.attempts.touch),
+            deadletters.expiry_job(self.queue, backend.dead_letter_retention)]
         if backend.result_retention is not None:
             jobs.append((PRUNE_INTERVAL_S, self.prune))
         self.session = Session(
@@ -367,9 +369,10 @@ class Worker:
             if not isinstance(data, dict) or not TASK_FIELDS <= data.keys():
                 raise ValueError(f"not an object with {', '.join(sorted(TASK_FIELDS))}")
         except ValueError as exc:
+            retention = self.backend.dead_letter_retention
             log.error("delayq: row %s of kind %s is not a task (%s): moved to kind %s, kept "
-                      "%.0f days", env.id, env.kind, exc, DEAD_KIND, DEAD_RETENTION_S / 86400)
-            self.session.dead_letter(sub, [env], DEAD_KIND, DEAD_RETENTION_S, [None])
+                      "%g s", env.id, env.kind, exc, deadletters.DJANGO_KIND, retention)
+            self.session.dead_letter(sub, [env], deadletters.DJANGO_KIND, retention, [None])
             return
         attempt = self.attempts.begin(env.key, env.payload.decode(), data.get("enqueued_at"),
                                       now_ms())

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -34,7 +36,7 @@ from dramatiq.errors import QueueJoinTimeout, QueueNotFound
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
-from ..core import InvalidInput
+from ..core import InvalidInput, SchemaMissing
 from ..core.db import Database, mask_password
 from ..core.queue import (
     DelayedQueue,
@@ -43,10 +45,11 @@ from ..core.queue import (
     Session,
     check_linger,
     count_all,
-    expire,
     from_ms,
     list_kinds,
 )
+from ..core.schema import DEFAULT_SCHEMA_WAIT_S, wait_for_schema
+from ..formats import deadletters
 from . import names
 from .consumer import DelayqConsumer, IdleConsumer, misfired_periodic
 
@@ -54,12 +57,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ACQUIRE_TIMEOUT_S = 60.0
 DEFAULT_POLLING_INTERVAL_S = 5.0
-#: Dramatiq's default for dead letters (RabbitMQ and Redis brokers): 7 days, in ms.
-DEFAULT_DEAD_MESSAGE_TTL_MS = int(os.getenv("dramatiq_dead_message_ttl", 86400000 * 7))
+#: Dramatiq's default for dead letters (RabbitMQ and Redis brokers, and delayq's policy,
+#: formats/deadletters.py): 7 days, in ms.
+DEFAULT_DEAD_MESSAGE_TTL_MS = int(os.getenv("dramatiq_dead_message_ttl",
+                                            deadletters.DEFAULT_RETENTION_S * 1000))
 #: How often ``join`` looks at the row count.
 JOIN_POLL_S = 0.01
-#: How often dead letters past their retention are deleted.
-EXPIRE_INTERVAL_S = 60.0
 #: Exceptions of dead-lettered messages kept per queue for ``join(fail_fast=True)``.
 FAILURES_KEPT = 100
 
@@ -81,6 +84,31 @@ def _rebuild(failure: Failure) -> BaseException:
         return kind(*args)
     except Exception:
         return Exception(f"{kind.__name__}{args!r}")
+
+
+def _wait_for_schema(database: Database, table: str, timeout_s: float) -> None:
+    """The wait of a ``dramatiq`` worker process, which SIGTERM ends: the CLI's own handler only
+    marks the process stopping, which its worker checks once booted, after this returns."""
+    stop = threading.Event()
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def stopping(signum: int, frame: Any) -> None:
+        stop.set()
+        if callable(previous):
+            previous(signum, frame)
+
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.signal(signal.SIGTERM, stopping)
+    try:
+        wait_for_schema(database, table, timeout_s=timeout_s, stop=stop)
+    except SchemaMissing:
+        if stop.is_set():  # told to stop before it started: nothing to undo
+            raise SystemExit(0) from None
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 class DelayqBroker(Broker):
@@ -116,6 +144,9 @@ class DelayqBroker(Broker):
       namespace: prefix of the broker's row kinds (``<namespace>:<queue>``).
       ensure_schema: on start, read the migrations ledger and migrate only when a migration
         is missing; False skips the check.
+      schema_wait: in a process the ``dramatiq`` command started, seconds to wait for
+        delayq's tables before failing (docs/how-to/upgrade.md#a-worker-before-delayq-migrate);
+        0 fails at once, as a producer always does.
       pool_size: most connections of each of the process' two pools (opened on first use),
         plus one LISTEN connection per worker process.
       pooling: ``auto``, ``session`` or ``transaction``, as the Celery transport's option.
@@ -146,6 +177,7 @@ class DelayqBroker(Broker):
         fail_fast_default: bool = False,
         namespace: str = names.NAMESPACE,
         ensure_schema: bool = True,
+        schema_wait: float = DEFAULT_SCHEMA_WAIT_S,
         pool_size: int = 8,
         pooling: str = "auto",
         listen_url: str | None = None,
@@ -182,10 +214,20 @@ class DelayqBroker(Broker):
         # The start-up line Celery's banner gives (the URL libpq connects with, a failover
         # list already merged into it): which server a worker talks to, without its password.
         log.info("delayq: Dramatiq broker on %s (table %s)", mask_password(database.url), table)
+        # A worker (``dramatiq.cli`` started this process) waits for the tables, where a
+        # producer fails at once: it imports this broker before it can consume.
+        wait = ensure_schema and "dramatiq.cli" in sys.modules
+        if wait:
+            try:
+                _wait_for_schema(database, table, schema_wait)
+            except BaseException:
+                if self._owns_db:
+                    database.close()
+                raise
         self.queue = DelayedQueue(database, kind=f"{namespace}:", table=table,
                                   acquire_timeout=timedelta(seconds=acquire_timeout),
-                                  ensure_schema=ensure_schema, relaxed_consumer_commits=True,
-                                  low_watermark=low_watermark)
+                                  ensure_schema=ensure_schema and not wait,
+                                  relaxed_consumer_commits=True, low_watermark=low_watermark)
         self._kind_queues: dict[str, DelayedQueue] = {}
         self._failures: defaultdict[str, deque[Failure]] = defaultdict(
             lambda: deque(maxlen=FAILURES_KEPT))
@@ -198,7 +240,8 @@ class DelayqBroker(Broker):
     @property
     def session(self) -> Session:
         """The consumer session of this broker's consumers (core/queue/session.py): its thread reads
-        LISTEN, deletes acks in batches, extends leases and expires dead letters."""
+        LISTEN, deletes acks in batches, extends leases and expires dead letters (every front
+        end's: formats/deadletters.py)."""
         if self._session is None:
             self._session = Session(
                 self.queue, listen=lambda: Listener(self.db, self.queue.queries),
@@ -206,7 +249,7 @@ class DelayqBroker(Broker):
                 unheard_polling_interval=self.unheard_polling_interval,
                 misfired=misfired_periodic(self), listen_on_thread=True,
                 freeze_gc=self.freeze_gc,
-                jobs=[(EXPIRE_INTERVAL_S, self.expire_dead_letters)])
+                jobs=[deadletters.expiry_job(self.queue, self.dead_message_ttl_s)])
         return self._session
 
     def flush_publishes(self) -> None:
@@ -359,8 +402,9 @@ class DelayqBroker(Broker):
         return [m for q in sorted(self.queues) for m in self.dead_letters_of(q)]
 
     def expire_dead_letters(self) -> int:
-        """Delete dead letters whose retention ended (the session does it every minute)."""
-        return expire(self.queue, [self.dead_letter_kind(q) for q in self.queues])
+        """Delete dead letters whose retention ended, every front end's (the session does it
+        every minute: formats/deadletters.py)."""
+        return deadletters.expire_all(self.queue)
 
     def stats(self, queue_name: str) -> dict[str, Any]:
         """Rows of a queue (due, delayed and in flight together) and its dead letters."""

@@ -36,6 +36,7 @@ from kombu.utils.json import dumps as kombu_dumps
 
 from ..core import InvalidInput
 from ..core.queue import to_ms
+from .deadletters import refuse_queue
 
 __all__ = ["DEFAULT_QUEUE", "PRIORITY_SEP", "PRIORITY_STEPS", "Row", "TaskMessageEncoder",
            "decode", "encode", "eta_of", "kind_for", "kinds_for", "parse_eta", "priority_bucket",
@@ -146,6 +147,7 @@ def row_of(queue: str, message: Mapping[str, Any], steps: Sequence[int] = PRIORI
     scheduled at its ETA too, like a protocol-2 one (the transport publishes protocol 2, and
     does not decode bodies on its hot path).
     """
+    refuse_queue(queue)
     kind = kind_for(queue, (message.get("properties") or {}).get("priority"), steps)
     task = protocol1_task(message) if protocol1 else None
     if task is not None:

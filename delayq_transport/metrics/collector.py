@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from ..core.inspect import Health, check_health
 from ..core.queue import COUNT_CAP, DelayedQueue, KindStatus
 from ..formats.celery import queue_of_kind
+from ..formats.deadletters import describe
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
                                             "lapsed, released or rejected)"),
     "delayq_oldest_ready_age_seconds": (_QUEUE, "How long the oldest due row has waited "
                                                 "(0: none)"),
+    "delayq_dead_letters": (("table", "front_end", "queue"), "Dead letters kept (every front "
+                            "end's: docs/how-to/manage-tasks.md#dead-letters), capped"),
     "delayq_live_tuples": (_TABLE, "Live rows of the queue table (cumulative statistics)"),
     "delayq_dead_tuples": (_TABLE, "Dead rows of the queue table not yet vacuumed"),
     "delayq_relation_size_bytes": (_RELATION, "Size of the queue table and of each index"),
@@ -100,12 +103,20 @@ class DelayqCollector:
             "delayq_redelivered_messages": lambda r: r.redelivered,
             "delayq_oldest_ready_age_seconds": lambda r: (r.oldest_due_lag_ms or 0) / 1000,
         }
+        waiting = [r for r in rows if describe(r.kind) is None]
         for name, get in fields.items():
             g = _gauge(name)
-            for r in rows:
+            for r in waiting:
                 queue, priority = queue_of_kind(r.kind)
                 g.add_metric([table, queue, str(priority)], float(get(r)))
             yield g
+        dead = _gauge("delayq_dead_letters")
+        for r in rows:
+            described = describe(r.kind)
+            if described is not None:
+                dead.add_metric([table, described.front_end, described.queue],
+                                float(r.due + r.scheduled + r.in_flight))
+        yield dead
 
     def _health_metrics(self, table: str, health: Health) -> Iterator[Metric]:
         idle = [b.age_s or 0.0 for b in health.blockers if b.idle_in_transaction]

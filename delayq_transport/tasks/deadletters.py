@@ -1,17 +1,21 @@
-"""Dramatiq's dead letters: list (per queue, newest first), show, requeue, delete.
+"""Dead letters of every front end: list (per queue, newest first), show, requeue, delete.
 
-The Dramatiq broker moves a message that failed for good to the kind ``dramatiq:<queue>.XQ``
-(the row itself moves; it is kept ``dead_message_ttl``, then expired). Its payload is the
-message as it failed: Dramatiq's ``Retries`` middleware keeps the retry count in
-``options["retries"]`` and the traceback of each retried failure in ``options["traceback"]``;
-the broker's nack writes the *final* failure's traceback there and its one-line summary in
-``options["delayq_exception"]`` (dramatiq/consumer.py).
+Which kinds hold dead letters, and how long each is kept, is the policy of
+formats/deadletters.py: Celery's rejected messages (``<queue>.XQ``), Dramatiq's messages that
+failed for good (``dramatiq:<queue>.XQ``) and the rows a django.tasks worker could not read as
+a task (``django.XQ``). A Dramatiq dead letter's payload is the message as it failed:
+Dramatiq's ``Retries`` middleware keeps the retry count in ``options["retries"]`` and the
+traceback of each retried failure in ``options["traceback"]``; the broker's nack writes the
+*final* failure's traceback there and its one-line summary in ``options["delayq_exception"]``
+(dramatiq/consumer.py). A Celery dead letter is the message as it was rejected (Celery keeps
+the failure in its result backend).
 
-Requeue moves the row back to ``dramatiq:<queue>`` due now, with its retry state reset
+Requeue moves the row back to its queue due now. A Dramatiq message gets its retry state reset
 (``retries``, ``traceback``, ``requeue_timestamp``, ``eta`` and delayq's own option dropped):
-the message starts over with its full retry budget, as if just sent. It goes to the queue's
-priority-0 kind, which every consumer of the queue polls whatever its ``max_priority``;
-``broker_priority`` stays in its options, so a later retry returns to its level.
+it starts over with its full retry budget, as if just sent, on the queue's priority-0 kind,
+which every consumer of the queue polls whatever its ``max_priority`` (``broker_priority``
+stays in its options, so a later retry returns to its level). A Celery message goes back as it
+was, to its priority's bucket. A django.tasks dead letter is not a task: it can only be deleted.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from ..core.queue import (
     dead_letters_count,
     dead_letters_page,
     delete_dead_letters,
+    kinds_ending,
     requeue_dead_letter,
 )
+from ..formats import celery, deadletters
 from ..formats import dramatiq as names
-from .decoders import HIDDEN
+from .decoders import HIDDEN, decode
 from .service import TaskNotFound, iso
 
 #: Dead letters counted per queue at most (the page shows "10000+").
@@ -40,22 +46,33 @@ RETRY_STATE = ("retries", "traceback", "requeue_timestamp", "eta", *names.FAILUR
 
 
 def dead_letter_queue(kind: str) -> str | None:
-    """The Dramatiq queue of a dead-letter kind, None for any other kind."""
-    parsed = names.queue_of_kind(kind)
-    return parsed[0] if parsed and parsed[2] else None
+    """The queue of a dead-letter kind, None for any other kind."""
+    described = deadletters.describe(kind)
+    return None if described is None else described.queue
 
 
 @dataclass
 class DeadLetter:
-    """One dead letter: its row and the Dramatiq message it holds."""
+    """One dead letter: its row, the message it holds (None: not JSON) and its kind described."""
 
     row: TaskRow
     message: dict[str, Any] | None
     hide_args: bool = False
 
     @property
+    def kind(self) -> deadletters.DeadKind:
+        described = deadletters.describe(self.row.kind)
+        assert described is not None  # only dead-letter rows are made into one
+        return described
+
+    @property
     def queue(self) -> str:
-        return dead_letter_queue(self.row.kind) or self.row.kind
+        return self.kind.queue
+
+    @property
+    def task(self) -> str | None:
+        """The actor or task name (None: the payload is not a task)."""
+        return decode(self.row.payload or b"").task
 
     @property
     def options(self) -> dict[str, Any]:
@@ -81,17 +98,18 @@ class DeadLetter:
 
     def as_dict(self, *, full: bool = False) -> dict[str, Any]:
         m = self.message or {}
+        decoded = decode(self.row.payload or b"")
         out: dict[str, Any] = {
-            "id": self.row.id, "queue": self.queue, "kind": self.row.kind,
-            "actor": m.get("actor_name"), "message_id": m.get("message_id"),
+            "id": self.row.id, "front_end": self.kind.front_end, "queue": self.queue,
+            "kind": self.row.kind, "actor": decoded.task, "message_id": decoded.task_id,
             "failed_at": iso(self.row.scheduled_at_initially_ms),
             "kept_until": iso(self.row.scheduled_at_ms),
-            "retries": self.options.get("retries", 0), "exception": self.exception,
+            "retries": decoded.retries or 0, "exception": self.exception,
         }
         if full:
             out.update({
-                "args": HIDDEN if self.hide_args else m.get("args"),
-                "kwargs": HIDDEN if self.hide_args else m.get("kwargs"),
+                "args": HIDDEN if self.hide_args else decoded.args,
+                "kwargs": HIDDEN if self.hide_args else decoded.kwargs,
                 "options": {k: v for k, v in self.options.items()
                             if k not in ("traceback", names.TRACEBACK_OPTION)},
                 "traceback": self.traceback,
@@ -115,7 +133,7 @@ def _message(payload: bytes | None) -> dict[str, Any] | None:
 
 
 class DeadLetterService:
-    """Dead letters of every Dramatiq queue stored in one table (default namespace)."""
+    """Dead letters of every front end stored in one table (Dramatiq's default namespace)."""
 
     def __init__(self, queue: DelayedQueue, *, hide_args: bool = False) -> None:
         self.queue = queue
@@ -123,15 +141,19 @@ class DeadLetterService:
         self.hide_args = hide_args
 
     def kinds(self, queue_name: str | None = None) -> list[str]:
-        """Dead-letter kinds present (one per Dramatiq queue that has dead letters)."""
-        if queue_name:
-            return [names.dead_letter_kind(queue_name)]
-        return [k for k in self.inspector.kinds() if dead_letter_queue(k)]
+        """Dead-letter kinds present; with ``queue_name``, those of that queue (``q``, or
+        ``dramatiq:q``/``celery:q`` for one front end's), or the kind so named."""
+        found = kinds_ending(self.queue, deadletters.SUFFIX)
+        if not queue_name:
+            return found
+        return [k for k in found if queue_name in (k, dead_letter_queue(k),
+                                                   _qualified(k))]
 
     def queues(self) -> list[dict[str, Any]]:
         """Each queue with dead letters and their count (stops at COUNT_CAP)."""
         counts = dead_letters_count(self.queue, self.kinds(), COUNT_CAP)
-        return [{"queue": dead_letter_queue(k), "kind": k, "dead_letters": n,
+        return [{"queue": dead_letter_queue(k), "front_end": _front_end(k), "kind": k,
+                 "dead_letters": n,
                  "capped": n >= COUNT_CAP} for k, n in counts.items() if n]
 
     def list_page(self, queue_name: str | None = None, cursor: tuple[int, int] | None = None,
@@ -160,20 +182,29 @@ class DeadLetterService:
     def requeue(self, row_id: int | str) -> dict[str, Any]:
         """Back to its queue, due now, retries reset (see the module docstring)."""
         letter = self.find(row_id)
-        if letter.message is None:
-            raise InvalidInput(f"dead letter #{letter.row.id} is not a Dramatiq message")
+        if letter.message is None or letter.kind.requeue_kind is None:
+            raise InvalidInput(f"dead letter #{letter.row.id} is not a task (its payload could "
+                               "not be read): delete it")
         message = dict(letter.message)
-        message["options"] = {k: v for k, v in letter.options.items() if k not in RETRY_STATE}
-        message["queue_name"] = letter.queue
-        payload = json.dumps(message, separators=(",", ":")).encode()
-        to_kind = names.kind_for(letter.queue)
+        to_kind = letter.kind.requeue_kind
+        if letter.kind.front_end == "dramatiq":
+            message["options"] = {k: v for k, v in letter.options.items()
+                                  if k not in RETRY_STATE}
+            message["queue_name"] = letter.queue
+            payload = json.dumps(message, separators=(",", ":")).encode()
+            reset = ", retries reset"
+        else:  # Celery: as it was rejected, to its priority's bucket
+            payload = letter.row.payload or b""
+            to_kind = celery.kind_for(letter.queue, (message.get("properties") or {})
+                                      .get("priority"))
+            reset = ""
         at = requeue_dead_letter(self.queue, letter.row.id, letter.row.kind, to_kind,
                                             payload)
         if at is None:
             raise TaskNotFound(f"dead letter #{letter.row.id} was requeued or deleted meanwhile")
         return {"id": letter.row.id, "action": "requeue", "queue": letter.queue, "eta": iso(at),
-                "detail": f"dead letter #{letter.row.id} ({message.get('actor_name')}) "
-                          f"requeued to {letter.queue}, due now, retries reset"}
+                "detail": f"dead letter #{letter.row.id} ({letter.task}) "
+                          f"requeued to {letter.queue}, due now{reset}"}
 
     def delete(self, row_id: int | str) -> dict[str, Any]:
         letter = self.find(row_id)
@@ -181,3 +212,16 @@ class DeadLetterService:
             raise TaskNotFound(f"dead letter #{letter.row.id} was requeued or deleted meanwhile")
         return {"id": letter.row.id, "action": "delete", "queue": letter.queue,
                 "detail": f"dead letter #{letter.row.id} deleted"}
+
+
+def _front_end(kind: str) -> str | None:
+    described = deadletters.describe(kind)
+    return None if described is None else described.front_end
+
+
+def _qualified(kind: str) -> str | None:
+    """``dramatiq:q`` or ``celery:q``: one front end's dead letters of queue ``q``."""
+    described = deadletters.describe(kind)
+    if described is None:
+        return None
+    return f"{described.front_end.split('.')[0]}:{described.queue}"

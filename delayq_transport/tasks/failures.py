@@ -6,11 +6,10 @@ What "failed" means is what delayq keeps of a failure, per front end:
 * **django.tasks**: a result ``FAILED`` (it raised and no retry was left), in
   ``delayq_task_results`` until the retention prunes it; listed newest first from the partial
   index of the failed results (migration 19);
-* **Dramatiq**: a dead letter (the message moved to its queue's ``.XQ`` kind after its last
-  retry), kept ``dead_message_ttl``;
-* **Celery**: nothing here. A failed Celery task's row was acked; its outcome is what the app's
-  result backend recorded, which is not delayq's to list or change: ``delayq tasks show ID
-  --result-backend URL`` and the page read it by task id, read only.
+* **Dramatiq and Celery**: a dead letter (formats/deadletters.py: a Dramatiq message after its
+  last retry, a Celery message rejected without requeue), kept its front end's retention;
+  a Celery task that failed and was acked is not delayq's: its outcome is what the app's
+  result backend recorded (``delayq tasks show ID --result-backend URL`` reads it).
 
 "Retrying" (a waiting task that failed before and runs again) is a state of a waiting row, listed
 by :class:`~.service.TaskService` (``state="retrying"``) in ETA order, for all three front ends.
@@ -214,8 +213,7 @@ class FailureService:
             return _Taken([], False, None)
         cursor = None if after[0] == MAX_MS else (after[0], int(after[1]))
         page = self.dead_letters.list_page(queue_name, cursor, limit + 1)
-        items = [_from_dead_letter(d) for d in page.items
-                 if match((d.message or {}).get("actor_name"))]
+        items = [_from_dead_letter(d) for d in page.items if match(d.task)]
         last = (page.items[-1].row.scheduled_at_ms, str(page.items[-1].row.id)) \
             if page.items else None
         return _Taken(items, page.next_cursor is not None, last)
@@ -300,9 +298,8 @@ def _from_result(s: ResultSummary, *, full: bool = False) -> Failure:
 
 
 def _from_dead_letter(d: DeadLetter, *, full: bool = False) -> Failure:
-    m = d.message or {}
-    return Failure(DRAMATIQ, f"#{d.row.id}", m.get("actor_name"), d.queue,
-                   d.row.scheduled_at_initially_ms, int(d.options.get("retries", 0)) + 1,
+    return Failure(d.kind.front_end, f"#{d.row.id}", d.task, d.queue,
+                   d.row.scheduled_at_initially_ms, int(d.as_dict()["retries"]) + 1,
                    d.exception, d.traceback if full else None,
                    (d.row.scheduled_at_ms, str(d.row.id)))
 

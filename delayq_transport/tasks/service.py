@@ -34,6 +34,7 @@ from ..core.inspect import (
 )
 from ..core.queue import DelayedQueue, from_ms, kind_row_estimates, past_the_cap, to_ms
 from ..formats.celery import kinds_for, queue_of_kind
+from ..formats.deadletters import is_dead_letter_kind
 from ..formats.django_tasks import KIND_PREFIX
 from ..formats.queues import kinds_of_queue
 from . import decoders
@@ -431,9 +432,9 @@ def _literal_parts(pattern: str | None) -> list[bytes]:
 
 
 def kept_kind(kind: str) -> bool:
-    """A kind whose rows are kept, never consumed: Dramatiq's dead letters, and the rows a
-    django.tasks worker could not read (``django.XQ``). Not waiting tasks."""
-    return kind.endswith(".XQ")
+    """A kind whose rows are kept, never consumed: dead letters (formats/deadletters.py), not
+    waiting tasks."""
+    return is_dead_letter_kind(kind)
 
 
 def _retried(row: TaskRow, message: decoders.DecodedMessage,

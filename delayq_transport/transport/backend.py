@@ -8,15 +8,22 @@ import os
 import threading
 from typing import Any
 
-from ..core import ListenUndeliverable
+from ..core import ListenUndeliverable, SchemaMissing
 from ..core.db import Database
 from ..core.integrations import Bindings
 from ..core.queue import DelayedQueue, Listener, PublishBuffer, check_linger
-from ..core.schema import set_unlogged
+from ..core.schema import set_unlogged, wait_for_schema
 from . import message as msg
 from .options import TRANSPORT_OPTIONS
 
 log = logging.getLogger(__name__)
+
+#: Set by Celery's ``worker_init`` (kombu_transport.py): this process is a ``celery worker``,
+#: whose backend waits for delayq's tables (core/schema: ``wait_for_schema``) where a producer
+#: fails at once.
+IN_WORKER = threading.Event()
+#: Set by Celery's ``worker_shutting_down``: a worker told to stop while it waits stops.
+WORKER_STOPPING = threading.Event()
 
 
 class Backend:
@@ -39,12 +46,15 @@ class Backend:
                            single_pool=bool(opt("single_pool")), pooling=str(opt("pooling")),
                            listen_url=opt("listen_url"))
         try:
+            wait = bool(opt("ensure_schema")) and IN_WORKER.is_set()
+            if wait:
+                self._wait_for_schema(float(opt("schema_wait")))
             self.queue = DelayedQueue(
                 self.db,
                 kind=msg.DEFAULT_QUEUE,
                 table=self.table,
                 acquire_timeout=float(opt("acquire_timeout")),
-                ensure_schema=bool(opt("ensure_schema")),
+                ensure_schema=bool(opt("ensure_schema")) and not wait,
                 relaxed_consumer_commits=not opt("durable_acks"),
                 # Polls start at this consumer's low watermark (core/queue/watermark.py); Wakeups
                 # feeds it every NOTIFY and resets it when LISTEN was lost.
@@ -65,6 +75,14 @@ class Backend:
         linger = check_linger(TRANSPORT_OPTIONS.read(options, "publish_linger"))
         #: ``publish_linger`` on: this process' publishes, written in batches (off: None).
         self.publisher = PublishBuffer(self.queue_for, linger) if linger else None
+
+    def _wait_for_schema(self, timeout_s: float) -> None:
+        try:
+            wait_for_schema(self.db, self.table, timeout_s=timeout_s, stop=WORKER_STOPPING)
+        except SchemaMissing:
+            if WORKER_STOPPING.is_set():  # a warm shutdown before it started: nothing to undo
+                raise SystemExit(0) from None
+            raise
 
     def flush_publishes(self) -> None:
         """Write what this process buffered first: a purge or a count must see it."""

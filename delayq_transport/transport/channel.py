@@ -21,6 +21,7 @@ from kombu.transport.virtual.base import queue_declare_ok_t
 
 from ..core import DatabaseError, DatabaseUnavailable, InvalidInput
 from ..core.queue import DelayedQueue, Envelope, Subscription, current
+from ..formats import deadletters
 from . import message as msg
 from .options import (
     CONTROL_EXCHANGE,
@@ -66,13 +67,15 @@ def _beat_header(payload: bytes) -> object:
 
 
 def _pair(tag: str) -> tuple[int, str]:
-    row_id, _, lock = str(tag).partition(":")
-    return int(row_id), lock
+    """(row id, lock) of a delivery tag ``<id>:<lock>:<queue>`` (a lock has no colon)."""
+    row_id, _, rest = str(tag).partition(":")
+    return int(row_id), rest.partition(":")[0]
 
 
 class QoS(virtual.QoS):
-    """Acks delete rows (batched by the session, from any thread); rejects and restores
-    release them in place."""
+    """Acks delete rows (batched by the session, from any thread); a requeue and a restore
+    release them in place; a reject without requeue keeps the row as a dead letter
+    (formats/deadletters.py)."""
 
     _delivered: OrderedDict[str, Any]  # type: ignore[assignment]
     channel: DelayqChannel
@@ -82,7 +85,10 @@ class QoS(virtual.QoS):
         self.channel.settle([delivery_tag], ack=True)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        self.channel.settle([delivery_tag], ack=not requeue)
+        if requeue:
+            self.channel.settle([delivery_tag], ack=False)
+        else:
+            self.channel.dead_letter(delivery_tag)
         self._quick_ack(delivery_tag)
 
     def restore_unacked(self) -> list[Exception]:
@@ -107,7 +113,7 @@ class DelayqChannel(virtual.Channel):
     do_restore = True
     from_transport_options = virtual.Channel.from_transport_options + (  # type: ignore[assignment]
         "acquire_timeout", "batch_size", "max_message_size", "binding_ttl", "priority_steps",
-        "durable_publish",
+        "durable_publish", "dead_letter_retention",
     )
 
     #: See the module docstring for each option.
@@ -117,6 +123,7 @@ class DelayqChannel(virtual.Channel):
     binding_ttl = DEFAULT_BINDING_TTL_S
     priority_steps: Iterable[int] = msg.PRIORITY_STEPS
     durable_publish = False
+    dead_letter_retention = deadletters.DEFAULT_RETENTION_S
 
     def __init__(self, connection: TransportPort, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
@@ -260,6 +267,7 @@ class DelayqChannel(virtual.Channel):
     # -- consuming -------------------------------------------------------------------------
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        deadletters.refuse_queue(queue)
         if no_ack:
             self._no_ack_queues.add(queue)
         result = super().basic_consume(queue, no_ack, *args, **kwargs)
@@ -278,7 +286,7 @@ class DelayqChannel(virtual.Channel):
     def _to_message(self, env: Envelope, queue: str) -> dict[str, Any]:
         message = msg.decode(env.payload)
         props = message.setdefault("properties", {})
-        props["delivery_tag"] = f"{env.id}:{env.lock}"
+        props["delivery_tag"] = f"{env.id}:{env.lock}:{queue}"  # the queue: for a reject
         props.setdefault("delivery_info", {})["redelivered"] = env.is_redelivery
         message["redelivered"] = env.is_redelivery
         return message
@@ -309,6 +317,22 @@ class DelayqChannel(virtual.Channel):
             self.transport.session.ack(self._sub, pairs)
         else:
             self.transport.session.release(self._sub, pairs)
+
+    def dead_letter(self, tag: str) -> None:
+        """A reject without requeue: the row moves to its queue's dead-letter kind, kept
+        ``dead_letter_retention`` seconds (0: deleted, as an ack)."""
+        if self._sub is None:
+            return
+        retention = float(self.dead_letter_retention)
+        if retention <= 0:
+            self.settle([tag], ack=True)
+            return
+        queue = str(tag).split(":", 2)[2]
+        self.transport.session.dead_letter(self._sub, [_pair(tag)],
+                                           deadletters.celery_kind(queue), retention, [None])
+        log.warning("delayq: message %s of queue %r rejected: kept as a dead letter for %g s "
+                    "(`delayq tasks dead-letters list`)", tag.partition(":")[0], queue,
+                    retention)
 
     def consumed_queues(self) -> set[str]:
         """The queues this channel consumes (kombu's active queues)."""

@@ -43,7 +43,8 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 
 from ..core import DatabaseError, DatabaseUnavailable, InvalidInput
 from ..core.queue import Session, check_linger
-from .backend import Backend
+from ..formats import deadletters
+from .backend import IN_WORKER, WORKER_STOPPING, Backend
 from .channel import DelayqChannel, misfired_beats
 from .options import (
     BACKEND_OPTIONS,
@@ -56,6 +57,26 @@ from .urls import render, url_from_client
 
 for _scheme in ("delayq", "delayq+postgresql", "delayq+postgres"):  # see delayq_transport
     TRANSPORT_ALIASES.setdefault(_scheme, "delayq_transport.transport:Transport")
+
+
+def _worker_starts(**_: Any) -> None:
+    """Celery's ``worker_init``, sent before the worker connects (kombu imported this module
+    when the app made its first connection object): its backend waits for the tables."""
+    IN_WORKER.set()
+
+
+def _worker_stops(**_: Any) -> None:
+    """Celery's ``worker_shutting_down`` (SIGTERM, SIGINT): a wait for the tables ends."""
+    WORKER_STOPPING.set()
+
+
+try:
+    from celery import signals as _celery_signals
+except ImportError:  # kombu without Celery: no worker to wait in
+    pass
+else:
+    _celery_signals.worker_init.connect(_worker_starts, weak=False)
+    _celery_signals.worker_shutting_down.connect(_worker_stops, weak=False)
 
 
 class Transport(virtual.Transport):
@@ -151,7 +172,9 @@ class Transport(virtual.Transport):
                 misfired=misfired_beats(backend.queue),
                 freeze_gc=TRANSPORT_OPTIONS.read(self.options, "freeze_gc"),
                 jobs=[(ttl / 4, self.touch_bindings),
-                      (ttl, lambda: backend.bindings.drop_stale_transient(int(ttl * 10_000)))])
+                      (ttl, lambda: backend.bindings.drop_stale_transient(int(ttl * 10_000))),
+                      deadletters.expiry_job(backend.queue, TRANSPORT_OPTIONS.read(
+                          self.options, "dead_letter_retention"))])
             if self._hub is not None:
                 self._session.attach(self._hub)
         return self._session

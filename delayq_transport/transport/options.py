@@ -17,7 +17,9 @@ from ..core.queue import (
     Option,
     Options,
 )
+from ..core.schema import DEFAULT_SCHEMA_WAIT_S
 from ..formats.celery import PRIORITY_STEPS
+from ..formats.deadletters import DEFAULT_RETENTION_S
 
 TRANSPORT_OPTIONS = Options(
     Option("acquire_timeout", 60.0, "seconds",
@@ -73,10 +75,20 @@ TRANSPORT_OPTIONS = Options(
            "are collected as before. False leaves the collector alone."),
     Option("priority_steps", list(PRIORITY_STEPS), "list of int",
            "Priority buckets, with the Redis transport's meaning: 0 is served first."),
+    Option("dead_letter_retention", DEFAULT_RETENTION_S, "seconds",
+           "How long a message rejected without requeue (`Reject(requeue=False)`, an "
+           "unregistered task, a failed `acks_late` task with "
+           "`task_acks_on_failure_or_timeout=False`) is kept as a dead letter of its queue "
+           "([dead letters](../how-to/manage-tasks.md#dead-letters)); 0 deletes it at once.",
+           shown="604800.0 (7 days)"),
     Option("ensure_schema", True, "bool",
            "On connect, read the migrations ledger (SELECT only) and migrate only when a "
            "migration is missing. A role without DDL rights works once `delayq migrate` ran; "
            "when something is missing it fails naming the migrations. False skips the check."),
+    Option("schema_wait", DEFAULT_SCHEMA_WAIT_S, "seconds",
+           "How long a `celery worker` waits for delayq's tables before it exits ([a worker "
+           "before `delayq migrate`](../how-to/upgrade.md#a-worker-before-delayq-migrate)); 0 "
+           "exits at once. Producers and beat never wait."),
     Option("durable_publish", False, "bool",
            "True: a publish returns once its row is flushed to disk. False: once committed, "
            "before the flush: a PostgreSQL crash can lose the publishes of its last ~0.6 s "
@@ -127,5 +139,6 @@ DEFAULT_BINDING_TTL_S: float = TRANSPORT_OPTIONS.default("binding_ttl")
 CONTROL_EXCHANGE = "celery.pidbox"
 #: Options that configure the shared :class:`~.backend.Backend` (pool and queue).
 BACKEND_OPTIONS = ("table", "pool_size", "pool_min_size", "single_pool", "pooling", "listen_url",
-                   "acquire_timeout", "ensure_schema", "durable_acks", "low_watermark",
-                   "full_rescan_interval", "unlogged_table", "publish_linger", "connect_timeout")
+                   "acquire_timeout", "ensure_schema", "schema_wait", "durable_acks",
+                   "low_watermark", "full_rescan_interval", "unlogged_table", "publish_linger",
+                   "connect_timeout")

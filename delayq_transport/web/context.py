@@ -56,7 +56,7 @@ class State:
         return await run_in_threadpool(partial(fn, *args, **kwargs))
 
     def dead_letters(self) -> DeadLetterService:
-        """Dramatiq's dead letters (made on first use, kept with the app's state)."""
+        """Every front end's dead letters (made on first use, kept with the app's state)."""
         if self._dead_letters is None:
             self._dead_letters = DeadLetterService(self.queue, hide_args=self.config.hide_args)
         return self._dead_letters

@@ -1,5 +1,5 @@
-"""Outcomes: Dramatiq's dead letters (list, show with traceback, requeue, delete) and Celery
-outcomes read from the app's result backend; pages and their JSON API."""
+"""Outcomes: every front end's dead letters (list, show with traceback, requeue, delete) and
+Celery outcomes read from the app's result backend; pages and their JSON API."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from delayq_transport.dramatiq.periodic import PeriodicMiddleware, periodic
 URL = os.environ["DELAYQ_DATABASE_URL"]
 broker = DelayqBroker(url=URL, acquire_timeout=float(os.environ.get("DELAYQ_LEASE", "60")),
                       max_priority=3, polling_interval=2.0,
+                      dead_message_ttl=int(os.environ.get("DELAYQ_DEAD_TTL_MS", 7 * 86400_000)),
                       publish_linger=float(os.environ.get("DELAYQ_PUBLISH_LINGER", "0")))
 broker.add_middleware(CurrentMessage())
 broker.add_middleware(Results(backend=RedisBackend(

@@ -53,28 +53,33 @@ def test_a_worker_of_a_role_without_grants(start_celery: Callable[..., CeleryPro
             log=line, process="celery worker", exit_status=status)
 
 
-def test_a_worker_of_a_dml_role_before_delayq_migrate(
+def test_a_worker_of_a_dml_role_gives_up_waiting_for_delayq_migrate(
         start_celery: Callable[..., CeleryProcess], database_url: str) -> None:
-    """A worker role granted on a database where ``delayq migrate`` never ran."""
+    """A worker role on a database where ``delayq migrate`` never ran: it waits, saying so, and
+    gives up after ``schema_wait`` (3 s here, 600 s by default)."""
     empty = f"delayq_t_{uuid.uuid4().hex[:12]}"
     url = create_database(empty)
     role = f"dq51_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'CREATE ROLE "{role}" LOGIN')
     try:
-        proc = worker(start_celery, DELAYQ_BROKER_URL=broker_url(role_url(url, role)))
+        proc = worker(start_celery, DELAYQ_BROKER_URL=broker_url(role_url(url, role)),
+                      DELAYQ_TRANSPORT_OPTIONS=json.dumps({"schema_wait": 3}))
         status = exited(proc)
-        line = last_line_with(proc.log(), "CRITICAL")
+        lines = [last_line_with(proc.log(), "waiting for its tables"),
+                 last_line_with(proc.log(), "CRITICAL")]
+        first = next(x for x in proc.log().splitlines() if "waiting for its tables" in x)
         proc.stop()
     finally:
         drop_database(empty)
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(f'DROP ROLE "{role}"')
-    assert status == 1 and "SchemaMissing" in line
+    assert status == 1 and "SchemaMissing" in lines[1] and "after waiting 3 s" in lines[1]
+    assert "giving up in 3 s" in first
     capture("schema-missing-worker",
-            f"{HERE}::test_a_worker_of_a_dml_role_before_delayq_migrate",
-            replace={role: "app_worker", empty: "app"}, log=line, process="celery worker",
-            exit_status=status)
+            f"{HERE}::test_a_worker_of_a_dml_role_gives_up_waiting_for_delayq_migrate",
+            replace={role: "app_worker", empty: "app"}, log="\n".join([first, lines[1]]),
+            process="celery worker", exit_status=status)
 
 
 def test_a_worker_whose_database_cannot_be_reached(

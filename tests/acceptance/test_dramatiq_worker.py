@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dramatiq  # noqa: F401  (the dev extra installs it: missing, collection fails here)
 import psycopg
@@ -187,6 +188,87 @@ def test_worker_runs_queues_delays_retries_limits_callbacks_and_compositions(
     assert broker.stats("alpha")["messages"] == 0
     broker.flush_all()
     assert broker.dead_letters == []
+
+
+def test_a_dead_letter_is_listed_then_expired_by_the_worker(
+        app: object, start_worker: Callable[..., DramatiqWorker], database_url: str) -> None:
+    """The dead-letter policy (formats/deadletters.py) under a real worker: listed beside the
+    other front ends' (``delayq tasks dead-letters``), deleted by the worker's expiry when its
+    retention (``dead_message_ttl``) ends, nothing else touched."""
+    from _dead_letters import bystanders, listed
+
+    left = bystanders(database_url)
+    start_worker("--processes", "1", "--threads", "1", env={"DELAYQ_DEAD_TTL_MS": "3000"})
+    sent = app.broken.send("x")  # type: ignore[attr-defined]
+    [letter] = wait_until(lambda: listed(database_url, "dramatiq"), 30, "a dead letter")
+    assert (letter["queue"], letter["actor"], letter["message_id"]) == (
+        "default", "broken", sent.message_id)
+    assert letter["exception"] == "ValueError: broken x"
+    wait_until(lambda: not listed(database_url, "dramatiq"), 30, "the dead letter expired")
+    assert left() == [("bystander", "due-now"), ("dramatiq:kept.XQ", "kept-a-day")]
+
+
+def test_a_worker_waits_for_delayq_migrate_then_consumes(
+        app_env: dict[str, str], tmp_path: Path) -> None:
+    """Started on a database without delayq's tables, its role unable to create them (a
+    deploy where ``delayq migrate`` runs beside the new workers): it waits, saying so every
+    few seconds and naming ``delayq migrate``, and consumes once the release step ran
+    (docs/how-to/upgrade.md#a-worker-before-delayq-migrate; Celery's:
+    tests/acceptance/test_schema_wait.py)."""
+    from _pg_roles import before_migrate
+
+    from delayq_transport.dramatiq import DelayqBroker
+
+    waiting = "waiting for its tables: no delayq tables in database"
+    with before_migrate() as (owner, role, release):
+        worker = DramatiqWorker(["--processes", "1", "--threads", "1"],
+                                dict(app_env, DELAYQ_DATABASE_URL=role), tmp_path / "w.log")
+        try:
+            wait_until(lambda: worker.log().count(waiting) >= 2, 60, "the line, twice")
+            line = next(x for x in worker.log().splitlines() if waiting in x)
+            assert "run `delayq migrate`" in line and "giving up in" in line
+            assert worker.proc.poll() is None
+            release()
+            with psycopg.connect(owner, autocommit=True) as conn:
+                conn.execute(RUNS_DDL)
+                conn.execute(f"GRANT ALL ON dramatiq_runs, dramatiq_runs_id_seq TO "
+                             f"\"{role.split('//')[1].split('@')[0]}\"")
+            worker.wait_ready(60)
+            broker = DelayqBroker(url=owner)
+            try:
+                broker.declare_queue("alpha")
+                broker.enqueue(dramatiq.Message(queue_name="alpha", actor_name="note",
+                                                args=("after migrate",), kwargs={},
+                                                options={}))
+                wait_until(lambda: runs(owner, "note"), 30, "the task ran")
+            finally:
+                broker.close()
+        finally:
+            worker.stop(graceful=False)
+
+
+def test_a_waiting_worker_stops_at_once_on_sigterm(
+        app_env: dict[str, str], tmp_path: Path) -> None:
+    """SIGTERM to the ``dramatiq`` process ends its worker's wait for the tables (exit 0),
+    not the 600 s of ``schema_wait``."""
+    from _pg_roles import before_migrate
+
+    with before_migrate() as (_, role, _release):
+        worker = DramatiqWorker(["--processes", "1", "--threads", "1"],
+                                dict(app_env, DELAYQ_DATABASE_URL=role), tmp_path / "w.log")
+        try:
+            wait_until(lambda: "waiting for its tables" in worker.log(), 60, "the line")
+            os.kill(worker.proc.pid, signal.SIGTERM)
+            assert worker.proc.wait(timeout=15) == 0, worker.log()[-2000:]
+        finally:
+            worker.stop(graceful=False)
+
+
+def wait_until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    """:func:`wait_for` that returns what the condition found."""
+    found: list[Any] = []
+    wait_for(lambda: bool(found.append(cond()) or found[-1]), timeout, what)
+    return found[-1]
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ BACKEND = "delayq_transport.django.tasks.DelayqBackend"
 ATTRIBUTES = {"DATABASE": "database", "TABLE": "table", "JOIN_ATOMIC": "join_atomic",
               "RETRIES": "retries", "BACKOFF": "backoff", "MAX_BACKOFF": "max_backoff",
               "LEASE": "lease", "RESULT_RETENTION": "result_retention",
+              "DEAD_LETTER_RETENTION": "dead_letter_retention", "SCHEMA_WAIT": "schema_wait",
               "POLLING_INTERVAL": "polling_interval", "POOL_SIZE": "pool_size",
               "PERIODIC": "periodic", "PERIODIC_SOURCE": "periodic_source",
               "PERIODIC_REFRESH": "periodic_refresh"}
@@ -40,8 +41,8 @@ def test_every_option_has_its_documented_default() -> None:
     assert {name: getattr(made, attr) for name, attr in ATTRIBUTES.items()} == {
         "DATABASE": "default", "TABLE": "delayed_queue", "JOIN_ATOMIC": True, "RETRIES": 0,
         "BACKOFF": 1.0, "MAX_BACKOFF": 3600.0, "LEASE": 60.0, "RESULT_RETENTION": 7 * 86400.0,
-        "POLLING_INTERVAL": 5.0, "POOL_SIZE": 8, "PERIODIC": {}, "PERIODIC_SOURCE": "settings",
-        "PERIODIC_REFRESH": 60.0}
+        "DEAD_LETTER_RETENTION": 7 * 86400.0, "SCHEMA_WAIT": 600.0, "POLLING_INTERVAL": 5.0,
+        "POOL_SIZE": 8, "PERIODIC": {}, "PERIODIC_SOURCE": "settings", "PERIODIC_REFRESH": 60.0}
 
 
 def test_given_values_are_taken_as_given() -> None:

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 import pytest
@@ -69,6 +70,56 @@ def test_a_worker_process_runs_tasks_and_another_process_reads_the_results(
     assert out.strip().splitlines()[-1].split() == [  # imported
         "SUCCESSFUL", "6", "FAILED", "builtins.ValueError"]
     assert worker.proc.poll() is None
+
+
+def test_a_row_that_is_not_a_task_is_a_dead_letter_listed_then_expired(
+        dj_url: str, start_worker: Callable[..., WorkerProcess]) -> None:
+    """The dead-letter policy (formats/deadletters.py) under a real worker: the row moves to
+    ``django.XQ``, is listed beside the other front ends' (``delayq tasks dead-letters``) and
+    is deleted by the worker's expiry when ``DEAD_LETTER_RETENTION`` ends, nothing else
+    touched."""
+    from _dead_letters import bystanders, listed
+
+    from delayq_transport.core.queue import DelayedQueue
+    from delayq_transport.formats.django_tasks import kind_of
+
+    left = bystanders(dj_url)
+    worker = start_worker(DJANGO_TASKS_OPTIONS=json.dumps({"DEAD_LETTER_RETENTION": 3}))
+    with DelayedQueue(dj_url, kind=kind_of("default", 0), ensure_schema=False) as queue:
+        queue.offer("not-a-task", b"[1, 2]")
+    [letter] = wait_until(lambda: listed(dj_url, "django.tasks"), "a dead letter", 30)
+    assert (letter["kind"], letter["actor"]) == ("django.XQ", None)
+    wait_until(lambda: not listed(dj_url, "django.tasks"), "the dead letter expired", 30)
+    assert left() == [("bystander", "due-now"), ("dramatiq:kept.XQ", "kept-a-day")]
+    assert "moved to kind django.XQ, kept 3 s" in worker.log()
+
+
+def test_a_worker_waits_for_delayq_migrate_then_runs_tasks(tmp_path: Path) -> None:
+    """Started on a database without delayq's tables, its role unable to create them (a
+    deploy where the release step runs beside the new workers): it waits, saying so every few
+    seconds and naming ``delayq migrate`` and ``manage.py delayq_migrate``, and runs tasks once
+    the release step ran (docs/how-to/upgrade.md#a-worker-before-delayq-migrate)."""
+    from _pg_roles import before_migrate
+
+    waiting = "waiting for its tables: no delayq tables in database"
+    with before_migrate() as (owner, role, release):
+        worker = WorkerProcess(project_env(role), tmp_path / "worker.log")
+        try:
+            wait_until(lambda: worker.log().count(waiting) >= 2, "the line, twice", 60)
+            line = next(x for x in worker.log().splitlines() if waiting in x)
+            assert "run `delayq migrate` (Django: `manage.py delayq_migrate`)" in line
+            assert "giving up in" in line and worker.proc.poll() is None
+            release()
+            worker.wait_for_log(" ready", timeout=60)
+            code = ("from shop import djtasks; r = djtasks.add.enqueue(2, 3); "
+                    "print('result', r.id)")
+            out = manage(project_env(owner), "shell", "-c", code)
+            result_id = out.strip().splitlines()[-1].split()[-1]
+            wait_until(lambda: sql(owner, "SELECT status FROM delayq_task_results WHERE "
+                                          "id = %s AND status = 'SUCCESSFUL'", [result_id]),
+                       "the task ran", 30)
+        finally:
+            worker.stop()
 
 
 def test_sigterm_lets_a_running_task_finish(

@@ -18,6 +18,7 @@ import kombu
 import psycopg
 import pytest
 
+from delayq_transport.core import InvalidInput
 from delayq_transport.transport import message as msg
 
 pytestmark = pytest.mark.timeout(60)
@@ -106,11 +107,32 @@ def test_requeue_releases_the_row_in_place(kombu_connect: Connect, stored: Store
         wait_for(lambda: not stored(), what="ack")
 
 
-def test_reject_without_requeue_deletes(kombu_connect: Connect, stored: Stored):
-    with kombu_connect() as conn, closing(conn.SimpleQueue("reject")) as q:
+def test_reject_without_requeue_keeps_a_dead_letter(kombu_connect: Connect, stored: Stored):
+    """The row itself moves to ``<queue>.XQ``, kept ``dead_letter_retention`` (0: deleted)."""
+    with kombu_connect(dead_letter_retention=3600) as conn, \
+            closing(conn.SimpleQueue("reject")) as q:
+        q.put("bad")
+        message = q.get(timeout=2)
+        [held] = stored()
+        message.reject(requeue=False)
+        [dead] = stored()
+        assert dead["id"] == held["id"] and dead["pKind"] == "reject.XQ"
+        assert dead["lockUuid"] is None
+        assert 3599_000 <= dead["scheduledAt"] - dead["scheduledAtInitially"] <= 3600_000
+    with kombu_connect(dead_letter_retention=0) as conn, \
+            closing(conn.SimpleQueue("gone")) as q:
         q.put("bad")
         q.get(timeout=2).reject(requeue=False)
-        wait_for(lambda: not stored(), what="rejected row deleted")
+        wait_for(lambda: [r["pKind"] for r in stored()] == ["reject.XQ"],
+                 what="rejected row deleted")
+
+
+def test_a_queue_named_like_a_dead_letter_kind_is_refused(kombu_connect: Connect,
+                                                          stored: Stored):
+    with kombu_connect() as conn, closing(conn.SimpleQueue("mail.XQ")) as q, \
+            pytest.raises(InvalidInput, match=r"'mail.XQ'.*dead letters"):
+        q.put("x")
+    assert stored() == []
 
 
 def test_closing_a_connection_releases_unacked_messages_at_once(kombu_connect: Connect,

@@ -1,5 +1,6 @@
-"""Dead letters (Dramatiq), workers from leases, and Celery outcomes, through the services and
-the web page's JSON API (Starlette's test client, real PostgreSQL, real Redis for outcomes)."""
+"""Dead letters (every front end's), workers from leases, and Celery outcomes, through the
+services and the web page's JSON API (Starlette's test client, real PostgreSQL, real Redis for
+outcomes)."""
 
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ def api(queue: DelayedQueue, **options: object) -> TestClient:
 def test_dead_letters_list_show_requeue_and_delete(broker: DelayqBroker) -> None:
     fail(broker, "a", "b", "c")
     svc = DeadLetterService(broker.queue)
-    assert svc.queues() == [{"queue": "q", "kind": "dramatiq:q.XQ", "dead_letters": 3,
-                             "capped": False}]
+    assert svc.queues() == [{"queue": "q", "front_end": "dramatiq", "kind": "dramatiq:q.XQ",
+                             "dead_letters": 3, "capped": False}]
     first = svc.list_page("q", limit=2)
     rest = svc.list_page(None, first.next_cursor, 2)
     ids = [d.row.id for d in first.items + rest.items]
@@ -107,6 +108,44 @@ def test_dead_letters_list_show_requeue_and_delete(broker: DelayqBroker) -> None
     page = c.get("/dead-letters?queue=q")
     assert page.status_code == 200 and "broken" in page.text
     assert "Traceback" in c.get(f"/dead-letters/{ids[2]}").text
+
+
+def test_celery_and_django_dead_letters_are_listed_requeued_and_deleted_alike(
+        broker: DelayqBroker, database_url: str) -> None:
+    """A Celery message rejected without requeue (kombu, as a worker rejects) and a row a
+    django.tasks worker could not read sit beside Dramatiq's on the same API; a Celery one goes
+    back to its queue's bucket as it was, a django.tasks one can only be deleted."""
+    import kombu
+
+    from delayq_transport.core.queue import dead_letter
+    from delayq_transport.formats.celery import kind_for
+    from delayq_transport.formats.deadletters import DJANGO_KIND
+
+    fail(broker, "a")
+    with kombu.Connection("delayq+" + database_url) as conn:
+        q = conn.SimpleQueue("mail")
+        q.put({"n": 1}, headers={"task": "shop.mail", "id": "tid-1"}, priority=6)
+        q.get(timeout=5).reject(requeue=False)
+        q.close()
+    with broker.queue.with_kind("django:default:0") as django:
+        django.offer("junk", b"[1]")
+        assert dead_letter(django, django.try_poll_many(1), DJANGO_KIND, 600) == 1
+    c = api(broker.queue)
+    listed = c.get("/api/dead-letters").json()
+    assert sorted((q["front_end"], q["queue"]) for q in listed["queues"]) == [
+        ("celery", "mail"), ("django.tasks", "django"), ("dramatiq", "q")]
+    by_front = {d["front_end"]: d for d in listed["dead_letters"]}
+    assert (by_front["celery"]["actor"], by_front["celery"]["message_id"]) == (
+        "shop.mail", "tid-1")
+    assert c.get("/api/dead-letters", params={"queue": "celery:mail"}).json()[
+        "dead_letters"] == [by_front["celery"]]
+    junk = by_front["django.tasks"]["id"]
+    assert c.post(f"/api/dead-letters/{junk}/requeue").status_code == 400
+    assert c.delete(f"/api/dead-letters/{junk}").json()["action"] == "delete"
+    assert c.post(f"/api/dead-letters/{by_front['celery']['id']}/requeue").json()[
+        "queue"] == "mail"
+    back = broker.queue.with_kind(kind_for("mail", 6)).get("tid-1")
+    assert back is not None and back.id == by_front["celery"]["id"]
 
 
 def test_workers_are_read_from_leases_grouped_by_process_tag(database_url: str) -> None:

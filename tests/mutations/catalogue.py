@@ -23,13 +23,28 @@ class Mutation:
 
 MUTATIONS: list[Mutation] = [
     Mutation(
-        "dead-letter-expiry", "1", "delayq_transport/dramatiq/broker.py",
-        "        return partitions.expire(self.queue, [self.dead_letter_kind(q) for q in "
-        "self.queues])",
-        "        return 0",
+        "dead-letter-expiry", "49.3", "delayq_transport/formats/deadletters.py",
+        "    return expire(queue, kinds_ending(queue, SUFFIX))",
+        "    return 0",
         ["tests/integration/test_dramatiq_broker.py::"
-         "test_nack_moves_the_row_to_dead_letters_which_expire_after_their_retention"],
-        "DelayqBroker.expire_dead_letters deletes nothing"),
+         "test_nack_moves_the_row_to_dead_letters_which_expire_after_their_retention",
+         "tests/acceptance/test_dead_letters.py::"
+         "test_a_rejected_message_is_listed_then_expired_by_the_worker"],
+        "the one dead-letter expiry deletes nothing"),
+    Mutation(
+        "celery-reject-drops", "49.3", "delayq_transport/transport/channel.py",
+        "            self.channel.dead_letter(delivery_tag)",
+        "            self.channel.settle([delivery_tag], ack=True)",
+        ["tests/integration/test_kombu_storage_contract.py::"
+         "test_reject_without_requeue_keeps_a_dead_letter"],
+        "a Celery message rejected without requeue is deleted, not kept"),
+    Mutation(
+        "schema-wait-gives-up-at-once", "49.6", "delayq_transport/core/schema/migrations.py",
+        "        if timeout_s <= 0:",
+        "        if True:",
+        ["tests/acceptance/test_schema_wait.py::"
+         "test_a_worker_waits_for_delayq_migrate_then_consumes"],
+        "a worker on a database without the tables exits at once instead of waiting"),
     Mutation(
         "second-beat-never-starts", "2", "tests/acceptance/test_beat_processes.py",
         '    second = beat(start, scheduler="delayq", name="beat-alias", ready=None, '

@@ -71,6 +71,13 @@ def kinds_with_prefix(queue: DelayedQueue, prefix: str) -> list[str]:
     return sorted(r[0] for r in rows)
 
 
+def kinds_ending(queue: DelayedQueue, suffix: str) -> list[str]:
+    """Kinds present in the table that end in ``suffix`` (metacharacters are literal)."""
+    rows = queue.db.fetchall(queue.queries["kinds_ending"],
+                             {"pattern": "%" + like_escape(suffix)})
+    return sorted(r[0] for r in rows)
+
+
 # -- dead letters as the web page and the CLI manage them ----------------------------------
 
 

@@ -414,6 +414,18 @@ WHERE t."id" = ANY(%(ids)s::bigint[]) AND t."lockUuid" = ANY(%(lock_set)s::text[
 DELETE FROM {table}
 WHERE "pKind" = ANY(%(kinds)s::text[]) AND "scheduledAt" <= {now} AND "lockUuid" IS NULL
 
+-- kinds_ending --
+-- Kinds present that end in a (LIKE-escaped) suffix: a loose index scan of the (pKind,
+-- scheduledAt) index, one probe per kind present, not a scan of the rows (the dead-letter
+-- expiry of formats/deadletters.py runs it every minute in every consuming process).
+WITH RECURSIVE k AS (
+    (SELECT "pKind" AS kind FROM {table} ORDER BY "pKind" LIMIT 1)
+    UNION ALL
+    SELECT (SELECT "pKind" FROM {table} WHERE "pKind" > k.kind ORDER BY "pKind" LIMIT 1)
+    FROM k WHERE k.kind IS NOT NULL
+)
+SELECT kind FROM k WHERE kind LIKE %(pattern)s ESCAPE '\'
+
 -- count_all --
 -- Every row of these kinds, in flight or not: a queue is "joined" when this reaches 0.
 SELECT count(*) AS n FROM {table} WHERE "pKind" = ANY(%(kinds)s::text[])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .grants import ROLE_PROFILES, grants_for
 from .migrations import (
+    DEFAULT_SCHEMA_WAIT_S,
     ENTRIES_TABLE,
     INSTALLED_TABLE,
     LOCK_BLOCKS,
@@ -25,10 +26,12 @@ from .migrations import (
     missing_migrations,
     require_schema,
     set_unlogged,
+    wait_for_schema,
 )
 from .uninstall import UninstallPlan, UninstallRefused, plan_uninstall, uninstall
 
 __all__ = [
+    "DEFAULT_SCHEMA_WAIT_S",
     "ENTRIES_TABLE",
     "INSTALLED_TABLE",
     "LOCK_BLOCKS",
@@ -47,5 +50,6 @@ __all__ = [
     "plan_uninstall",
     "require_schema",
     "set_unlogged",
+    "wait_for_schema",
     "uninstall",
 ]

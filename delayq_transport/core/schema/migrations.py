@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -469,6 +471,55 @@ def require_schema(db: Database, table: str) -> None:
         names = ", ".join(str(m.version) for m in missing)
         raise SchemaMissing(f"the delayq tables{which} in database {dbname!r} lack "
                             f"migration(s) {names}: {run}")
+
+
+#: How long a worker waits for delayq's tables by default (each front end's ``schema_wait``).
+DEFAULT_SCHEMA_WAIT_S = 600.0
+#: How often a waiting worker looks for them, and how often it says that it waits.
+SCHEMA_CHECK_S = 1.0
+SCHEMA_SAY_S = 5.0
+
+
+def wait_for_schema(db: Database, table: str, *, timeout_s: float, also: str = "",
+                    stop: threading.Event | None = None) -> list[int]:
+    """What the three workers run on start instead of :func:`ensure_schema`, for a deploy where
+    ``delayq migrate`` runs beside the new workers (docs/how-to/upgrade.md).
+
+    A role that may run DDL migrates at once, as :func:`ensure_schema` does. Otherwise the
+    worker waits: it checks read-only every SCHEMA_CHECK_S and logs one line every SCHEMA_SAY_S
+    naming ``delayq migrate`` (and ``also``, the front end's own command); once the tables are
+    current (and readable: their grants may follow the migration) it starts. After
+    ``timeout_s`` (0: at once) it raises what :func:`ensure_schema` raised, naming the wait, or
+    the PermissionDenied of tables it may still not read; as soon as ``stop`` is set (the
+    worker told to shut down meanwhile), what ensure_schema raised, saying so.
+    """
+    try:
+        return ensure_schema(db, table)
+    except SchemaMissing as exc:
+        if timeout_s <= 0:
+            raise
+        first = exc
+    deadline, said = time.monotonic() + timeout_s, float("-inf")
+    stop = stop or threading.Event()
+    while True:
+        try:
+            require_schema(db, table)
+            log.info("delayq: the tables of %r are current: starting", table)
+            return []
+        except (SchemaMissing, PermissionDenied) as exc:
+            why = exc
+        now = time.monotonic()
+        if stop.is_set():
+            raise SchemaMissing(f"{first} (stopped while waiting)") from first
+        if now >= deadline:
+            if isinstance(why, PermissionDenied):
+                raise why
+            raise SchemaMissing(f"{first} (gave up after waiting {timeout_s:g} s)") from first
+        if now - said >= SCHEMA_SAY_S:
+            said = now
+            log.warning("delayq: waiting for its tables: %s%s; looking again every %g s, "
+                        "giving up in %.0f s", why, also, SCHEMA_CHECK_S, deadline - now)
+        stop.wait(min(SCHEMA_CHECK_S, deadline - now))
 
 
 def current_version(db: Database, table: str) -> int:

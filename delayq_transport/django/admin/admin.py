@@ -380,28 +380,30 @@ def _status(status: str) -> Any:
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ServiceAdmin):
-    """Dramatiq messages that failed for good, newest first."""
+    """Every front end's dead letters (formats/deadletters.py), newest first."""
 
     def listing(self, request: HttpRequest, queue: DelayedQueue) -> Listing:
         svc = DeadLetterService(queue)
         g = request.GET
         page = svc.list_page(g.get("queue") or None, decode_cursor(g.get("cursor")), PAGE)
-        rows = [Row(str(d["id"]), [d["actor"], d["queue"], when(d["failed_at"]), d["retries"],
-                                   d["exception"], when(d["kept_until"])],
+        rows = [Row(str(d["id"]), [d["actor"], f"{d['front_end']}: {d['queue']}",
+                                   when(d["failed_at"]), d["retries"], d["exception"],
+                                   when(d["kept_until"])],
                     self.url("change", str(d["id"])))
                 for d in (x.as_dict() for x in page.items)]
         counts = [(f"{q['queue']} ({q['dead_letters']:,}{'+' if q['capped'] else ''})",
                    q["queue"]) for q in svc.queues()]
         return Listing(
-            ["actor", "queue", "failed", "retries", "exception", "kept until"], rows,
+            ["task", "queue", "failed", "retries", "exception", "kept until"], rows,
             [Filter("queue", _choices(request, "queue", [("All", None), *counts]))],
             next_url=_next(request, encode_cursor(*page.next_cursor) if page.next_cursor
                            else None),
-            empty="No dead letter. A Dramatiq message lands here after its last retry.")
+            empty="No dead letter. A Dramatiq message lands here after its last retry, a "
+                  "Celery message when it is rejected without requeue.")
 
     def detail(self, queue: DelayedQueue, ident: str) -> dict[str, Any]:
         d = DeadLetterService(queue).find(ident).as_dict(full=True)
-        fields = [(k, d[k]) for k in ("id", "queue", "kind", "actor", "message_id",
+        fields = [(k, d[k]) for k in ("id", "front_end", "queue", "kind", "actor", "message_id",
                                       "failed_at", "kept_until", "retries", "exception",
                                       "args", "kwargs", "options")]
         return {"title": f"{d['actor']} {d['message_id']}", "fields": fields,

@@ -57,7 +57,7 @@ class Result(Unmanaged):
 
 
 class DeadLetter(Unmanaged):
-    """Dramatiq messages that failed for good."""
+    """Messages no worker takes again, every front end's (formats/deadletters.py)."""
 
     class Meta(Unmanaged.Meta):
         verbose_name = "dead letter"

@@ -22,7 +22,7 @@ from ...worker import Worker, serve, supervise
 
 class Command(BaseCommand):
     help = "Run the tasks of a delayq task backend (Django's django.tasks)."
-    # Checks would read delayq's table before the worker creates it: it migrates on start.
+    # Checks would read delayq's table before the worker creates it or waits for it.
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
