@@ -47,6 +47,7 @@ from ..core.queue import (
     from_ms,
     list_kinds,
 )
+from ..formats import queues
 from . import names
 from .consumer import DelayqConsumer, IdleConsumer, misfired_periodic
 
@@ -186,7 +187,7 @@ class DelayqBroker(Broker):
         self.queue = DelayedQueue(database, kind=f"{namespace}:", table=table,
                                   acquire_timeout=timedelta(seconds=acquire_timeout),
                                   ensure_schema=ensure_schema, relaxed_consumer_commits=True,
-                                  low_watermark=low_watermark)
+                                  low_watermark=low_watermark, naming=queues)
         self._kind_queues: dict[str, DelayedQueue] = {}
         self._failures: defaultdict[str, deque[Failure]] = defaultdict(
             lambda: deque(maxlen=FAILURES_KEPT))

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..db.errors import DatabaseError, DatabaseUnavailable, ListenUndeliverable
 from . import partitions
+from .controls import CONTROL_NOTE
 from .listen import Listener
 from .types import Envelope
 
@@ -116,6 +117,8 @@ class SessionQueue(Protocol):
     def reset_watermarks(self) -> None: ...
 
     def disable_watermarks(self) -> None: ...
+
+    def controls_changed(self, heard: bool | None = None) -> None: ...
 
 
 class EventLoop(Protocol):
@@ -482,6 +485,7 @@ class Session:
             log.log(logging.INFO if exc.expected else logging.WARNING, "delayq: %s", exc)
             self.unheard = True
             self.queue.disable_watermarks()  # only NOTIFYs keep it sound
+            self.queue.controls_changed(heard=False)
             self.polling_interval = min(self.polling_interval, self._unheard_interval)
             if self._loop is not None:
                 self._timer("unheard", self._loop.call_repeatedly(self.polling_interval,
@@ -490,8 +494,10 @@ class Session:
         self.listener = listener
         if self._loop is not None and not self.deaf:
             self._loop.add_reader(listener.fd, self.drain)
-        # What was published before it listened was not heard: everyone polls, from the bottom.
+        # What was published before it listened was not heard: everyone polls, from the bottom,
+        # and control changes made meanwhile are read (core/queue/controls.py).
         self.queue.reset_watermarks()
+        self.queue.controls_changed(heard=True)
         self.wake()
 
     def _lost(self, exc: Exception) -> None:
@@ -499,6 +505,7 @@ class Session:
         log.warning("delayq: %s; polling until LISTEN is back", exc)
         self._close_listener()
         self.queue.reset_watermarks()
+        self.queue.controls_changed(heard=False)
         self.wake()
         try:
             self.listening()
@@ -519,6 +526,10 @@ class Session:
             self.dispatch(notes)
 
     def dispatch(self, notes: list[tuple[str, int]]) -> None:
+        if any(kind == CONTROL_NOTE for kind, _ in notes):  # a queue paused, resumed, limited
+            self.queue.controls_changed()
+            self.wake()
+            notes = [n for n in notes if n[0] != CONTROL_NOTE]
         lower = self.queue.lower_watermark
         for kind, at_ms in notes:
             lower(kind, at_ms)  # search markers too: the next poll scans from below this row
