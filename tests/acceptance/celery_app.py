@@ -145,3 +145,15 @@ if os.environ.get("DELAYQ_METRICS_PORT"):  # test_least_privilege_worker.py: the
     from delayq_transport.metrics import install_celery_metrics
 
     install_celery_metrics(app, port=int(os.environ["DELAYQ_METRICS_PORT"]))
+
+
+@app.task(bind=True, name="celery_app.spanned")
+def spanned(self, seconds: float = 0.3) -> None:
+    """Record when it started and ended on the database clock (tests/acceptance/
+    test_limits.py counts how many ran at once from these spans)."""
+    with psycopg.connect(os.environ["DELAYQ_RESULTS_URL"], autocommit=True) as conn:
+        row = conn.execute("INSERT INTO spans (task_id, pid) VALUES (%s, %s) RETURNING id",
+                           (self.request.id, os.getpid())).fetchone()
+        time.sleep(seconds)
+        conn.execute("UPDATE spans SET ended_ms = floor(extract(epoch FROM clock_timestamp())"
+                     " * 1000)::bigint WHERE id = %s", (row[0],))

@@ -51,6 +51,8 @@ class MemoryQueue:
         self.disabled = False
         self.fail = False
         self.controls_heard: list[bool | None] = []
+        self.limited: set[str] = set()
+        self.woken_claimers: list[list[str]] = []
 
     def add(self, kind: str, due_ms: int = 0, payload: bytes = b"m") -> int:
         row_id = next(self._ids)
@@ -110,6 +112,12 @@ class MemoryQueue:
 
     def controls_changed(self, heard: bool | None = None) -> None:
         self.controls_heard.append(heard)
+
+    def controlled(self, kinds: Iterable[str]) -> list[str]:
+        return [k for k in kinds if k in self.limited]
+
+    def wake_claimers(self, kinds: Iterable[str]) -> None:
+        self.woken_claimers.append(sorted(kinds))
 
 
 def session_of(queue: MemoryQueue, **options: Any) -> Session:
@@ -392,6 +400,25 @@ def test_listen_that_cannot_deliver_polls_on_the_short_interval(queue: MemoryQue
         assert session.unheard and queue.disabled
         assert queue.controls_heard == [False]  # read every second instead
         assert session.polling_interval == 0.5
+    finally:
+        session.close()
+
+
+def test_an_ack_that_frees_a_concurrency_slot_is_deleted_at_once_and_wakes_the_claimers(
+        queue: MemoryQueue) -> None:
+    """Other acks wait for the batch; one that a concurrency limit counts frees its slot now
+    and wakes every consumer of its kind (core/queue/controls.py)."""
+    queue.limited = {"a"}
+    for kind in ("a", "b"):
+        queue.add(kind)
+    session = session_of(queue)
+    try:
+        sub = session.subscribe(["a", "b"], window=2)
+        by_kind = {e.kind: e for e in session.poll(sub)}
+        session.ack(sub, [by_kind["b"]])
+        assert queue.ack_calls == [] and queue.woken_claimers == []
+        session.ack(sub, [by_kind["a"]])
+        assert len(queue.ack_calls) == 1 and queue.woken_claimers == [["a"]]
     finally:
         session.close()
 

@@ -233,6 +233,19 @@ class Controls:
         self._of_kind[kind] = found
         return found
 
+    def limited(self, kinds: Iterable[str]) -> list[str]:
+        """Of ``kinds``, those a concurrency limit governs, as last read (no statement)."""
+        by_name = self._by_name
+        if not by_name:
+            return []
+        found = []
+        for kind in kinds:
+            name = self.control_of(kind)
+            control = by_name.get(name) if name is not None else None
+            if control is not None and (control.concurrency or control.key_concurrency):
+                found.append(kind)
+        return found
+
     def routes(self, kinds: Sequence[str]) -> list[tuple[str | None, list[str]]] | None:
         """``kinds`` grouped by control, in the order given (None: a group claimed as before);
         None when none of them is controlled, which is the common case and costs no statement

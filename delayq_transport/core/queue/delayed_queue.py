@@ -232,6 +232,16 @@ class DelayedQueue(Offering, OnceOffering):
         """Every controlled queue with what it holds now."""
         return controls_use(self)
 
+    def controlled(self, kinds: Iterable[str]) -> list[str]:
+        """Of ``kinds``, those whose acks free a concurrency slot (as last read: no statement)."""
+        return self._controls.limited(kinds)
+
+    def wake_claimers(self, kinds: Iterable[str]) -> None:
+        """Tell every consumer of ``kinds`` that a slot is free: a wake-up due now of each, on
+        a transaction of its own committed without waiting for the WAL flush."""
+        self.db.execute(self.queries["announce"], {"payloads": [f"{k}:0" for k in kinds]},
+                        relaxed=True)
+
     def controls_changed(self, heard: bool | None = None) -> None:
         """A control may have changed (its wake-up, or LISTEN lost): read them at the next
         poll; ``heard`` says whether changes will be heard from now on (else read them every

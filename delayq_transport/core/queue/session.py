@@ -120,6 +120,10 @@ class SessionQueue(Protocol):
 
     def controls_changed(self, heard: bool | None = None) -> None: ...
 
+    def controlled(self, kinds: Iterable[str]) -> list[str]: ...
+
+    def wake_claimers(self, kinds: Iterable[str]) -> None: ...
+
 
 class EventLoop(Protocol):
     """An event loop as the session uses it (kombu's ``Hub`` has this shape)."""
@@ -258,12 +262,20 @@ class Subscription:
             for env in envs:
                 self.held[(env.id, env.lock)] = env
 
-    def _forget(self, deliveries: Iterable[Delivery]) -> list[tuple[int, str]]:
-        """Stop holding these; returns the ones that were held (a second settle is a no-op).
-        Wakes the waiter when the freed room is what it waits for: the first slot of a full
-        window, or the refill of a backlog (waking on every settle cost a thread switch each)."""
+    def _forget(self, deliveries: Iterable[Delivery], kinds: set[str] | None = None
+                ) -> list[tuple[int, str]]:
+        """Stop holding these; returns the ones that were held (a second settle is a no-op),
+        and adds their kinds to ``kinds``. Wakes the waiter when the freed room is what it
+        waits for: the first slot of a full window, or the refill of a backlog (waking on
+        every settle cost a thread switch each)."""
         with self.session.lock:
-            gone = [k for k in map(_key, deliveries) if self.held.pop(k, None) is not None]
+            gone = []
+            for key in map(_key, deliveries):
+                env = self.held.pop(key, None)
+                if env is not None:
+                    gone.append(key)
+                    if kinds is not None:
+                        kinds.add(env.kind)
         if gone and self.signal is not None:
             room, window = self.capacity()
             if room is not None and (room == len(gone) or window and room == refill(window)):
@@ -724,15 +736,21 @@ class Session:
     # -- settling ----------------------------------------------------------------------------
 
     def ack(self, sub: Subscription, deliveries: Iterable[Delivery]) -> None:
-        """Delete these rows: within ACK_FLUSH_INTERVAL_S, at once past ``batch_size``."""
-        gone = sub._forget(deliveries)
+        """Delete these rows: within ACK_FLUSH_INTERVAL_S, at once past ``batch_size``; at
+        once too when a concurrency limit counts them, and then the consumers of their kinds
+        are woken to take the freed slots (core/queue/controls.py)."""
+        kinds: set[str] = set()
+        gone = sub._forget(deliveries, kinds)
         if not gone:
             return
         with self.lock:
             self._acks.extend(gone)
             full = len(self._acks) >= self.batch_size
-        if full:
+        limited = self.queue.controlled(kinds)
+        if full or limited:
             self.flush()
+        if limited:
+            self.queue.wake_claimers(limited)
 
     def release(self, sub: Subscription, deliveries: Iterable[Delivery], delay: float = 0
                 ) -> int:
