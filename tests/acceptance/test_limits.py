@@ -166,3 +166,30 @@ def test_dramatiq_workers_hold_a_per_key_limit_and_a_pause(
         resumed_at = db_ms(database_url)
     found = wait_until(lambda: len(spans(database_url)) == 21 and spans(database_url))
     assert found[-1][1] - resumed_at < 1000
+
+
+def test_limits_changed_while_tasks_run_lose_and_repeat_none(
+        database_url: str, start_workers: Callable[..., list[CeleryProcess]],
+        producer: Any) -> None:
+    spans_table(database_url)
+    workers = start_workers(WORKER, WORKER, env=LATE)
+    ids = [producer.send_task("celery_app.spanned", (0.02,)).id for _ in range(150)]
+    changes: list[dict[str, Any]] = [
+        {"concurrency": 2}, {"rate": "40/s"}, {"concurrency": None, "key_concurrency": 1},
+        {"rate": None, "key_concurrency": None}, {"concurrency": 5, "rate": "100/s"},
+        {"concurrency": None, "rate": None}]
+    with DelayedQueue(database_url, kind="celery") as queue:
+        step = 0
+        while len({t for t, _, e in spans(database_url) if e is not None}) < len(ids):
+            change = changes[step % len(changes)]
+            queue.limit("celery", **change)
+            if step % 4 == 3:
+                queue.pause("celery")
+                queue.resume("celery")
+            step += 1
+            time.sleep(0.2)
+            assert step < 300, "tasks stopped running"
+    stop_together(*workers)
+    found = [t for t, _, _ in spans(database_url)]
+    assert sorted(found) == sorted(ids)  # each once: none lost, none run twice
+    assert step >= 5
