@@ -8,12 +8,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import click
-from rich.table import Table
 
 from ..commands import Context, console, register
 from ..core.queue import UNCHANGED, Control
 from ..output import emit, json_option
 from ..tasks.controls import QueueControls
+from .status import controls_table
 
 #: What ``--rate none`` and ``--concurrency none`` mean: remove that limit.
 NONE = "none"
@@ -44,17 +44,10 @@ def list_cmd(obj: Context, as_json: bool) -> None:
     if as_json:
         emit({"controls": rows})
         return
-    table = Table("queue", "paused", "concurrency", "in use", "rate", "tokens",
-                  "per key: concurrency", "per key: rate", "keys in use")
-    for r in rows:
-        table.add_row(r["queue"], "yes" if r["paused"] else "no", _text(r["concurrency"]),
-                      str(r["in_use"]), _text(r["rate"]), _text(r["tokens"]),
-                      _text(r["key_concurrency"]), _text(r["key_rate"]), str(r["keys_in_use"]))
-    console.print(table if rows else "no queue is paused or limited", markup=False)
-
-
-def _text(value: object) -> str:
-    return "-" if value is None else str(value)
+    if rows:
+        console.print(controls_table(rows))
+    else:
+        console.print("no queue is paused or limited", markup=False)
 
 
 @queues_group.command("pause")

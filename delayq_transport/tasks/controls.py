@@ -21,6 +21,30 @@ from ..core.queue import (
 )
 from ..formats.queues import queue_names
 
+#: The form's fields, by the limit each sets; an empty field leaves it, "none" removes it.
+LIMIT_FIELDS = ("concurrency", "key_concurrency", "rate", "key_rate")
+
+
+def limit_changes(body: dict[str, str]) -> dict[str, Any]:
+    """A form's limit fields (the page's, the Django admin's) as :meth:`QueueControls.limit`
+    takes them."""
+    changes: dict[str, Any] = {}
+    for field in LIMIT_FIELDS:
+        value = str(body.get(field, "")).strip()
+        if not value:
+            changes[field] = UNCHANGED
+        elif value.lower() == "none":
+            changes[field] = None
+        elif field.endswith("concurrency"):
+            try:
+                changes[field] = int(value)
+            except ValueError:
+                raise InvalidInput(f"{field.replace('_', ' ')} {value!r} is not a whole "
+                                   "number (or 'none')") from None
+        else:
+            changes[field] = value
+    return changes
+
 
 @dataclass(frozen=True)
 class ControlView:
@@ -49,6 +73,11 @@ class QueueControls:
         names = {n for kind in Inspector(self.queue).kinds() for n in queue_names(kind) | {kind}}
         names |= {s.queue for s in queues_seen(self.queue) if not s.auto_delete}
         return names | {u.control.name for u in controls_use(self.queue)}
+
+    def plain_names(self) -> set[str]:
+        """Each queue holding rows by its shortest name (``mail``, not ``dramatiq:mail``)."""
+        return {min(queue_names(kind) or {kind}, key=len)
+                for kind in Inspector(self.queue).kinds() if queue_names(kind)}
 
     def check(self, name: str) -> str:
         known = self.known()

@@ -208,3 +208,62 @@ def test_an_uncontrolled_queue_reads_the_controls_once_then_claims_as_before(
     wait_until(lambda: scans_of(database_url), what="the statistics of the set-up")
     assert scans_by_polls(database_url, 2) == 1
     assert scans_by_polls(database_url, 40) == 1
+
+
+def test_the_page_shows_and_changes_controls_under_csrf(mail: DelayedQueue) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    from delayq_transport.web.app import create_app
+    from delayq_transport.web.security import WebConfig
+
+    mail.offer("k", celery_payload())
+    c = TestClient(create_app(mail, WebConfig()), base_url="http://127.0.0.1:8377")
+    token = c.get("/api/csrf").json()["csrf_token"]
+    assert c.post("/queues/pause", data={"name": "mail"}).status_code == 403  # no token
+    r = c.post("/queues/pause", data={"name": "mail", "csrf_token": token},
+               follow_redirects=False)
+    assert r.status_code == 303 and mail.controls()[0].control.paused
+    r = c.post("/api/queues/limit", json={"name": "mail", "concurrency": "3", "rate": "50/s"},
+               headers={"X-CSRF-Token": token})
+    assert r.status_code == 200, r.text
+    [shown] = c.get("/api/queues").json()["controls"]
+    assert (shown["paused"], shown["concurrency"], shown["rate"]) == (True, 3, "50/s")
+    page = c.get("/queues").text
+    assert "mail" in page and "50/s" in page and "resume" in page
+    bad = c.post("/api/queues/limit", json={"name": "mail", "rate": "fast"},
+                 headers={"X-CSRF-Token": token})
+    assert bad.status_code == 400 and "rate of 'mail' 'fast'" in bad.json()["error"]
+    unknown = c.post("/api/queues/pause", json={"name": "nosuch"},
+                     headers={"X-CSRF-Token": token})
+    assert unknown.status_code == 400 and "unknown queue 'nosuch'" in unknown.json()["error"]
+    read_only = TestClient(create_app(mail, WebConfig(read_only=True)),
+                           base_url="http://127.0.0.1:8377")
+    assert read_only.post("/queues/resume", data={"name": "mail", "csrf_token": token}
+                          ).status_code == 403
+    assert mail.controls()[0].control.paused  # nothing the refused calls asked changed
+
+
+def test_status_and_metrics_show_each_control(database_url: str, mail: DelayedQueue) -> None:
+    import subprocess
+    import sys
+
+    from delayq_transport.metrics import render
+
+    mail.offer("k", celery_payload())
+    mail.limit("mail", concurrency=3, rate="50/s")
+    mail.pause("mail")
+    done = subprocess.run([sys.executable, "-m", "delayq_transport", "-d", database_url,
+                           "status", "--json"], capture_output=True, text=True, timeout=60)
+    [shown] = json.loads(done.stdout)["controls"]
+    assert (shown["queue"], shown["paused"], shown["concurrency"], shown["in_use"],
+            shown["rate"]) == ("mail", True, 3, 0, "50/s")
+    scrape = render(mail).decode()
+    for line in ('delayq_queue_paused{queue="mail",table="delayed_queue"} 1.0',
+                 'delayq_queue_concurrency_limit{queue="mail",table="delayed_queue"} 3.0',
+                 'delayq_queue_in_use{queue="mail",table="delayed_queue"} 0.0',
+                 'delayq_queue_rate_limit_per_second{queue="mail",table="delayed_queue"} 50.0'):
+        assert line in scrape

@@ -133,8 +133,13 @@ def _limit(value: int | None, what: str) -> int | None:
     return value
 
 
+class _Unchanged:
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
 #: A setting :func:`set_control` leaves as it is.
-UNCHANGED: Any = object()
+UNCHANGED: Any = _Unchanged()
 
 
 def read_controls(queue: QueueHandle) -> list[Control]:

@@ -211,6 +211,7 @@ class DelayedQueue(Offering, OnceOffering):
         return self._control(queue, paused=True)
 
     def resume(self, queue: str) -> Control:
+        """Let the fleet claim ``queue``'s tasks again (within a second); its limits stay."""
         return self._control(queue, paused=False)
 
     def limit(self, queue: str, *, concurrency: int | None = UNCHANGED,
