@@ -116,6 +116,9 @@ if os.environ.get("DELAYQ_TASK_QUEUES"):
     app.conf.task_queues = queues_from_spec(json.loads(os.environ["DELAYQ_TASK_QUEUES"]))
 if os.environ.get("DELAYQ_TASK_ROUTES"):
     app.conf.task_routes = json.loads(os.environ["DELAYQ_TASK_ROUTES"])
+if os.environ.get("BEAT_REFRESH"):  # tests/acceptance/test_limits.py: a beat that refreshes often
+    app.conf.delayq_beat_refresh_interval = float(os.environ["BEAT_REFRESH"])
+    app.conf.delayq_beat_horizon = float(os.environ.get("BEAT_HORIZON", "3"))
 if os.environ.get("DELAYQ_BEAT_EVERY"):
     app.conf.beat_schedule = {
         "mark-every": {"task": "celery_app.mark", "args": ("beat",),

@@ -193,3 +193,30 @@ def test_limits_changed_while_tasks_run_lose_and_repeat_none(
     found = [t for t, _, _ in spans(database_url)]
     assert sorted(found) == sorted(ids)  # each once: none lost, none run twice
     assert step >= 5
+
+
+def test_beat_keeps_installing_into_a_paused_queue(
+        database_url: str, start_celery: Callable[..., CeleryProcess],
+        start_workers: Callable[..., list[CeleryProcess]]) -> None:
+    """Pausing stops claims, not publishes: beat installs every occurrence (a 3-s horizon,
+    refreshed every second), nothing runs them until the queue is resumed."""
+    from .conftest import executions
+
+    with DelayedQueue(database_url, kind="celery") as queue:
+        queue.pause("celery")
+    workers = start_workers(WORKER, env=LATE)
+    start_celery("beat", "-S", "delayq_beat.Scheduler", "--loglevel=INFO", name="beat",
+                 env={"DELAYQ_BEAT_EVERY": "1", "BEAT_REFRESH": "1", "BEAT_HORIZON": "3"},
+                 ready="delayq beat: refreshed")
+
+    def keys() -> set[str]:
+        return {str(r[0]) for r in rows_of(database_url)}
+
+    first = wait_until(keys, message="beat's first occurrences")
+    wait_until(lambda: len(keys() - first) >= 3, timeout=30,
+               message="beat installing more occurrences while the queue is paused")
+    assert executions(database_url, "mark") == []
+    with DelayedQueue(database_url, kind="celery") as queue:
+        queue.resume("celery")
+    wait_until(lambda: executions(database_url, "mark"), message="a tick run after resume")
+    stop_together(*workers)
