@@ -347,6 +347,8 @@ class Session:
         self._poller: threading.Thread | None = None
         self._jobs: SimpleQueue[tuple[PollJob, list[tuple[Subscription, int]]] | None]
         self._jobs = SimpleQueue()
+        if listen is None:  # no wake-up will tell of a control's change: read them every second
+            queue.controls_changed(heard=False)
 
     # -- subscriptions ---------------------------------------------------------------------
 
