@@ -84,7 +84,7 @@ if TASK_FRAMEWORK or os.environ.get("DJANGO_TASKS_BACKEND") == "delayq":
     TASKS = {
         "default": {
             "BACKEND": "delayq_transport.django.tasks.DelayqBackend",
-            "QUEUES": ["default", "mail", "limited"],
+            "QUEUES": ["default", "mail"],
             "OPTIONS": json.loads(os.environ.get("DJANGO_TASKS_OPTIONS", "{}")),
         },
     }

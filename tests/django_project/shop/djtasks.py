@@ -47,7 +47,7 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@task(queue_name="limited", takes_context=True)
+@task(queue_name="mail", takes_context=True)
 def spanned(context: TaskContext, seconds: float, delayq_limit_key: str | None = None) -> None:
     """Record when it ran on the database clock under ``<limit key>:<result id>`` (the spans
     table of tests/_spans.py; tests/djtasks/test_limits.py)."""
