@@ -267,3 +267,27 @@ def test_status_and_metrics_show_each_control(database_url: str, mail: DelayedQu
                  'delayq_queue_in_use{queue="mail",table="delayed_queue"} 0.0',
                  'delayq_queue_rate_limit_per_second{queue="mail",table="delayed_queue"} 50.0'):
         assert line in scrape
+
+
+def test_the_cli_refuses_bad_input_naming_it(database_url: str, mail: DelayedQueue) -> None:
+    import subprocess
+    import sys
+
+    mail.offer("k", celery_payload())
+
+    def delayq(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "delayq_transport", "-d", database_url,
+                               "queues", *args], capture_output=True, text=True, timeout=60)
+
+    for args, text in ((("limit", "mail", "--concurrency", "0"), "concurrency limit of 'mail'"),
+                       (("limit", "mail", "--rate", "50/x"), "rate of 'mail' '50/x'"),
+                       (("limit", "mail", "--concurrency", "three"), "'three'"),
+                       (("pause", "nosuch"), "unknown queue 'nosuch'")):
+        done = delayq(*args)
+        assert done.returncode != 0 and text in done.stderr, (args, done.stderr)
+    assert mail.controls() == []
+    assert "concurrency 2, rate 5/s" in delayq("limit", "mail", "--concurrency", "2",
+                                               "--rate", "5/s").stdout
+    assert "no limits" in delayq("limit", "mail", "--concurrency", "none", "--rate",
+                                 "none").stdout
+    assert mail.controls() == []
