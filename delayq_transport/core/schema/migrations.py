@@ -324,17 +324,19 @@ def controls_tables(queue_table_name: str, metadata: MetaData | None = None) -> 
 
 def _create_controls(conn: psycopg.Connection[Any], q: Queries) -> None:
     """Migration 20: the control tables and the claim function of a controlled queue. The
-    roles that may poll (UPDATE on the queue table) get the rights the claim needs, so workers
-    granted before the upgrade keep working; `delayq grants` prints them for new roles."""
+    roles that may poll (UPDATE on the queue table) get the rights the claim needs, those that
+    only read it (monitors) what status shows, so roles granted before the upgrade keep
+    working; `delayq grants` prints them for new roles."""
     for table in controls_tables(q.table):
         for statement in ddl(table):
             conn.execute(statement)
     conn.execute(q["controls_claim_function"])
     row = conn.execute(q["table_schema"]).fetchone()
     assert row is not None
-    for (role,) in conn.execute(q["table_update_grantees"]).fetchall():
-        for statement in schema_statements("schema_controls_grant", table=q.table,
-                                           schema=str(row[0]), role=str(role)):
+    for role, polls in conn.execute(q["table_readers_and_pollers"]).fetchall():
+        block = "schema_controls_grant_poller" if polls else "schema_controls_grant_reader"
+        for statement in schema_statements(block, table=q.table, schema=str(row[0]),
+                                           role=str(role)):
             conn.execute(statement)
 
 

@@ -74,13 +74,18 @@ WHERE c.oid = to_regclass('"delayq_schedule_installed"') AND a.grantee <> c.relo
 GROUP BY r.rolname
 ORDER BY 1
 
--- table_update_grantees --
--- Roles (not PUBLIC, not the owner) that may update the queue table, i.e. poll it: migration 20
--- gives them what the claim of a controlled queue needs, so workers granted before it keep working.
-SELECT DISTINCT r.rolname
+-- table_readers_and_pollers --
+-- Roles (not PUBLIC, not the owner) that poll the queue table (UPDATE) or only read it (SELECT,
+-- no INSERT: a monitor), and which: migration 20 gives pollers what the claim of a controlled
+-- queue needs and readers what `delayq status` and the metrics read, as `delayq grants` does,
+-- so roles granted before it keep working. Producers (INSERT, no UPDATE) get nothing.
+SELECT r.rolname, bool_or(a.privilege_type = 'UPDATE') AS polls
 FROM pg_class AS c CROSS JOIN LATERAL aclexplode(c.relacl) AS a
 JOIN pg_roles AS r ON r.oid = a.grantee
-WHERE c.oid = {table_literal}::regclass AND a.privilege_type = 'UPDATE' AND a.grantee <> c.relowner
+WHERE c.oid = {table_literal}::regclass AND a.grantee <> c.relowner
+GROUP BY r.rolname
+HAVING bool_or(a.privilege_type = 'UPDATE')
+    OR (bool_or(a.privilege_type = 'SELECT') AND NOT bool_or(a.privilege_type = 'INSERT'))
 ORDER BY 1
 
 -- controls_claim_function --
@@ -492,10 +497,14 @@ REVOKE ALL ON FUNCTION {schema}.{revoke_fn}(text[]) FROM PUBLIC
 -- Migration 13: a role that may INSERT (publish) may revoke a waiting task by key.
 GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
--- schema_controls_grant --
+-- schema_controls_grant_poller --
 -- Migration 20: what a role that polls needs for the claim of a controlled queue.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{controls}, {schema}.{control_slots},
     {schema}.{control_keys} TO {role}
+
+-- schema_controls_grant_reader --
+-- Migration 20: what a role that reads the queue table (a monitor) needs to show the controls.
+GRANT SELECT ON {schema}.{controls}, {schema}.{control_slots} TO {role}
 
 -- schema_schedulers_grant_writer --
 -- Migration 18: a role that writes the scheduling ledger (a scheduler's) records heartbeats.
