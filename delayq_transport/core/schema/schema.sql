@@ -125,6 +125,8 @@ DECLARE
     v_slots boolean;
     v_window integer;
     v_ids bigint[]; v_tids tid[]; v_prev bigint[]; v_ords bigint[]; v_keys text[];
+    c_ids bigint[]; c_tids tid[]; c_prev bigint[]; c_ords bigint[]; c_keys text[];
+    c_rns bigint[];
     v_seen bigint := 0;
     v_taken integer := 0;
     v_next bigint;
@@ -157,34 +159,41 @@ BEGIN
     END IF;
     IF v_room > 0 THEN
         v_window := CASE WHEN v_keyed THEN GREATEST(v_room, p_key_window) ELSE v_room END;
-        SELECT array_agg(r.id ORDER BY r.ord, r.at, r.id), array_agg(r.tid ORDER BY r.ord, r.at, r.id),
-               array_agg(r.at ORDER BY r.ord, r.at, r.id), array_agg(r.ord ORDER BY r.ord, r.at, r.id),
-               array_agg(r.key ORDER BY r.ord, r.at, r.id), max(r.seen)
-        INTO v_ids, v_tids, v_prev, v_ords, v_keys, v_seen
+        -- The window of due rows, locked (others' locked rows skipped), each with its key and
+        -- its place among its key's rows.
+        SELECT array_agg(w.id), array_agg(w.tid), array_agg(w.at), array_agg(w.ord),
+               array_agg(w.key), array_agg(w.rn)
+        INTO c_ids, c_tids, c_prev, c_ords, c_keys, c_rns
+        FROM (
+            SELECT cand.*, row_number() OVER (PARTITION BY cand.key
+                                              ORDER BY cand.ord, cand.at, cand.id) AS rn
+            FROM (
+                SELECT q."id" AS id, q.ctid AS tid, q."scheduledAt" AS at, k.ord,
+                       CASE WHEN v_keyed AND k.path IS NOT NULL
+                                 AND substring(q."payload" FROM 1 FOR 1) = '\x7b'::bytea
+                            THEN convert_from(q."payload", 'UTF8')::jsonb
+                                 #>> string_to_array(k.path, '.') END AS key
+                FROM unnest(p_kinds, p_key_paths) WITH ORDINALITY AS k(kind, path, ord)
+                CROSS JOIN LATERAL (
+                    SELECT t."id", t.ctid, t."scheduledAt", t."payload" FROM {table} AS t
+                    WHERE (t."pKind", t."scheduledAt") >= (k.kind, -9223372036854775808)
+                      AND t."pKind" = k.kind AND t."scheduledAt" <= v_now
+                    ORDER BY t."pKind", t."scheduledAt"
+                    LIMIT v_window
+                    FOR UPDATE SKIP LOCKED
+                ) AS q
+                LIMIT v_window
+            ) AS cand
+        ) AS w;
+        v_seen := COALESCE(cardinality(c_ids), 0);
+        -- Of the window, the rows whose key has room, up to the queue's room.
+        SELECT array_agg(w.id), array_agg(w.tid), array_agg(w.at), array_agg(w.ord),
+               array_agg(w.key)
+        INTO v_ids, v_tids, v_prev, v_ords, v_keys
         FROM (
             SELECT w.*
-            FROM (
-                SELECT cand.*, count(*) OVER () AS seen,
-                       row_number() OVER (PARTITION BY cand.key
-                                          ORDER BY cand.ord, cand.at, cand.id) AS rn
-                FROM (
-                    SELECT q."id" AS id, q.ctid AS tid, q."scheduledAt" AS at, k.ord,
-                           CASE WHEN v_keyed AND k.path IS NOT NULL
-                                     AND substring(q."payload" FROM 1 FOR 1) = '\x7b'::bytea
-                                THEN convert_from(q."payload", 'UTF8')::jsonb
-                                     #>> string_to_array(k.path, '.') END AS key
-                    FROM unnest(p_kinds, p_key_paths) WITH ORDINALITY AS k(kind, path, ord)
-                    CROSS JOIN LATERAL (
-                        SELECT t."id", t.ctid, t."scheduledAt", t."payload" FROM {table} AS t
-                        WHERE (t."pKind", t."scheduledAt") >= (k.kind, -9223372036854775808)
-                          AND t."pKind" = k.kind AND t."scheduledAt" <= v_now
-                        ORDER BY t."pKind", t."scheduledAt"
-                        LIMIT v_window
-                        FOR UPDATE SKIP LOCKED
-                    ) AS q
-                    LIMIT v_window
-                ) AS cand
-            ) AS w
+            FROM unnest(c_ids, c_tids, c_prev, c_ords, c_keys, c_rns)
+                 AS w(id, tid, at, ord, key, rn)
             LEFT JOIN (SELECT s."key", count(*) AS n FROM {control_slots} AS s
                        WHERE s."name" = p_name AND s."key" IS NOT NULL
                        GROUP BY s."key") AS u ON u."key" = w.key
@@ -192,11 +201,12 @@ BEGIN
             WHERE w.key IS NULL
                OR ((c."keyConcurrency" IS NULL OR COALESCE(u.n, 0) + w.rn <= c."keyConcurrency")
                    AND (c."keyRateCount" IS NULL OR w.rn <= floor(LEAST(v_key_burst,
-                        COALESCE(b."tokens", v_key_burst) + GREATEST(v_now - b."refilledAt", 0)::float8
-                        * c."keyRateCount" / c."keyRateMs"))))
+                        COALESCE(b."tokens", v_key_burst)
+                        + GREATEST(v_now - b."refilledAt", 0)::float8
+                          * c."keyRateCount" / c."keyRateMs"))))
             ORDER BY w.ord, w.at, w.id
             LIMIT v_room
-        ) AS r;
+        ) AS w;
         v_taken := COALESCE(cardinality(v_ids), 0);
     END IF;
     IF v_taken > 0 THEN
