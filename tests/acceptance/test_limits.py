@@ -220,3 +220,27 @@ def test_beat_keeps_installing_into_a_paused_queue(
         queue.resume("celery")
     wait_until(lambda: executions(database_url, "mark"), message="a tick run after resume")
     stop_together(*workers)
+
+
+def test_pausing_a_flowing_queue_stops_its_claims_within_a_second(
+        database_url: str, start_workers: Callable[..., list[CeleryProcess]],
+        producer: Any) -> None:
+    spans_table(database_url)
+    with DelayedQueue(database_url, kind="celery") as queue:
+        queue.limit("celery", rate="40/s")  # a steady flow of starts, 8 s of it
+        workers = start_workers(WORKER, WORKER, env=LATE)
+        ids = [producer.send_task("celery_app.spanned", (0.01,)).id for _ in range(320)]
+        wait_until(lambda: len(spans(database_url)) >= 40)
+        queue.pause("celery")
+        paused_at = db_ms(database_url)
+        wait_until(lambda: db_ms(database_url) > paused_at + 2500, interval=0.1)
+        during = spans(database_url)
+        late = [s for _, s, _ in during if s > paused_at + 1000]
+        last = max(s for _, s, _ in during) - paused_at
+        print(f"paused after {len(during)} starts; the last start {last} ms after the pause")
+        assert late == []
+        queue.resume("celery")
+    done = wait_until(lambda: len(spans(database_url)) >= len(ids) and spans(database_url),
+                      timeout=60)
+    stop_together(*workers)
+    assert sorted(t for t, _, _ in done) == sorted(ids)
