@@ -347,6 +347,10 @@ class Session:
         self._poller: threading.Thread | None = None
         self._jobs: SimpleQueue[tuple[PollJob, list[tuple[Subscription, int]]] | None]
         self._jobs = SimpleQueue()
+        #: Kinds whose acks freed a concurrency slot: the session's thread flushes at once and
+        #: wakes their consumers (no statement on the acking thread: kombu's hub, say).
+        self._freed: set[str] = set()
+        self._urgent = threading.Event()
         if listen is None:  # no wake-up will tell of a control's change: read them every second
             queue.controls_changed(heard=False)
 
@@ -711,8 +715,10 @@ class Session:
                     next_read = time.monotonic() + DEAF_READ_INTERVAL_S
                     self.drain()
             else:
-                self._stop.wait(max(next_flush - now, 0.0))
+                self._urgent.wait(max(next_flush - now, 0.0))
             now = time.monotonic()
+            if self._urgent.is_set():
+                self._free_slots()
             if now < next_flush:
                 continue  # woken by a notification: acks wait for their interval
             next_flush = now + self.ack_flush_interval
@@ -728,6 +734,19 @@ class Session:
             except (DatabaseUnavailable, DatabaseError) as exc:
                 log.warning("delayq: maintenance failed, will retry: %s", exc)
 
+    def _free_slots(self) -> None:
+        """Delete the acks that freed concurrency slots, then wake the consumers of those
+        kinds (a failure leaves them to the next flush and the claimers' retry)."""
+        self._urgent.clear()
+        with self.lock:
+            kinds, self._freed = self._freed, set()
+        try:
+            self.flush()
+            if kinds:
+                self.queue.wake_claimers(kinds)
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            log.warning("delayq: could not free concurrency slots at once: %s", exc)
+
     def extend_leases(self) -> None:
         locks: set[str] = set()
         for sub in self.subscriptions():
@@ -739,8 +758,8 @@ class Session:
 
     def ack(self, sub: Subscription, deliveries: Iterable[Delivery]) -> None:
         """Delete these rows: within ACK_FLUSH_INTERVAL_S, at once past ``batch_size``; at
-        once too when a concurrency limit counts them, and then the consumers of their kinds
-        are woken to take the freed slots (core/queue/controls.py)."""
+        once too when a concurrency limit counts them (by the session's thread), and then the
+        consumers of their kinds are woken to take the freed slots (core/queue/controls.py)."""
         kinds: set[str] = set()
         gone = sub._forget(deliveries, kinds)
         if not gone:
@@ -749,10 +768,13 @@ class Session:
             self._acks.extend(gone)
             full = len(self._acks) >= self.batch_size
         limited = self.queue.controlled(kinds)
-        if full or limited:
-            self.flush()
         if limited:
-            self.queue.wake_claimers(limited)
+            with self.lock:
+                self._freed.update(limited)
+            self._urgent.set()
+            self.kick()
+        if full:
+            self.flush()
 
     def release(self, sub: Subscription, deliveries: Iterable[Delivery], delay: float = 0
                 ) -> int:
@@ -791,6 +813,7 @@ class Session:
     def close(self) -> None:
         """Stop: every wait wakes at once; acks are flushed, a poll in flight given back."""
         self._stop.set()
+        self._urgent.set()
         self.kick()
         for sub in self.subscriptions():
             if sub.signal is not None:
