@@ -51,6 +51,7 @@ LAZY_COMMANDS: dict[str, tuple[str, ...]] = {
     "grants": ("delayq_transport.cli.ops",),
     "metrics": ("delayq_transport.cli.ops",),
     "move-from": ("delayq_transport.move.cli",),
+    "queues": ("delayq_transport.cli.queues",),
     "tasks": ("delayq_transport.cli.tasks",),
     "uninstall": ("delayq_transport.cli.ops",),
     "web": ("delayq_transport.web.cli",),

@@ -21,6 +21,7 @@ from ..core.inspect import Health, check_health
 from ..core.queue import AT_LEAST, COUNT_CAP, ESTIMATE, DelayedQueue, KindStatus, from_ms
 from ..formats.celery import queue_of_kind
 from ..output import json_option
+from ..tasks.controls import QueueControls
 
 LEVEL_STYLE = {"warning": "yellow", "critical": "bold red"}
 
@@ -47,8 +48,8 @@ def _mib(n: int) -> str:
     return f"{n / 1024**2:.1f} MiB"
 
 
-def status_document(table: str, rows: list[KindStatus], health: Health, cap: int | None
-                    ) -> dict[str, Any]:
+def status_document(table: str, rows: list[KindStatus], health: Health, cap: int | None,
+                    controls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """What ``--json`` prints: stable keys, seconds for durations, ISO-8601 UTC for instants."""
     queues = []
     for r in rows:
@@ -62,7 +63,7 @@ def status_document(table: str, rows: list[KindStatus], health: Health, cap: int
             "next_due_at": None if r.next_due_at is None else r.next_due_at.isoformat(),
         })
     return {"table": table, "at": datetime.now(UTC).isoformat(), "count_cap": cap,
-            "queues": queues, "health": health.as_dict()}
+            "queues": queues, "controls": controls or [], "health": health.as_dict()}
 
 
 def print_queues(console: Console, table: str, rows: list[KindStatus]) -> None:
@@ -80,6 +81,22 @@ def print_queues(console: Console, table: str, rows: list[KindStatus]) -> None:
     if any(r.due_accuracy != "exact" or r.scheduled_accuracy != "exact" for r in rows):
         console.print("[dim]≥N: counted up to the cap, there are more; ~N: estimate from "
                       "PostgreSQL's statistics (--exact counts every row)[/dim]")
+
+
+def controls_table(rows: list[dict[str, Any]]) -> Table:
+    """Paused and limited queues (``delayq queues list``, ``delayq status``)."""
+    view = Table("queue", "paused", "concurrency", "in use", "rate", "tokens",
+                 "per key: concurrency", "per key: rate", "keys in use",
+                 title="paused and limited queues (docs/how-to/limits.md)")
+    for r in rows:
+        view.add_row(r["queue"], "yes" if r["paused"] else "no", _dash(r["concurrency"]),
+                     str(r["in_use"]), _dash(r["rate"]), _dash(r["tokens"]),
+                     _dash(r["key_concurrency"]), _dash(r["key_rate"]), str(r["keys_in_use"]))
+    return view
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def print_health(console: Console, health: Health) -> None:
@@ -113,11 +130,14 @@ def run_status(console: Console, queue: DelayedQueue, table: str, *, as_json: bo
                cap: int, hooks: list[Callable[[Any], None]], obj: Any) -> None:
     rows = queue.status(exact=exact, cap=cap)
     health = check_health(queue.db, table)
+    controls = [v.as_dict() for v in QueueControls(queue).list()]
     if as_json:
-        doc = status_document(table, rows, health, None if exact else cap)
+        doc = status_document(table, rows, health, None if exact else cap, controls)
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
         return
     print_queues(console, table, rows)
+    if controls:
+        console.print(controls_table(controls))
     for hook in hooks:
         hook(obj)
     print_health(console, health)

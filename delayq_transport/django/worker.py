@@ -61,7 +61,7 @@ from ..core import (
     TaskResults,
 )
 from ..core.schema import wait_for_schema
-from ..formats import deadletters
+from ..formats import deadletters, queues
 from ..formats.django_tasks import KIND_PREFIX, TASK_FIELDS
 from ._framework import (
     Task,
@@ -213,7 +213,7 @@ class Worker:
             self.queue = DelayedQueue(
                 self.db, kind=kind_of(self.queue_names[0], 0), table=backend.table,
                 acquire_timeout=backend.lease, ensure_schema=False,
-                relaxed_consumer_commits=True, low_watermark=True)
+                relaxed_consumer_commits=True, low_watermark=True, naming=queues)
         except BaseException:
             self.db.close()
             raise

@@ -49,7 +49,7 @@ from ..core.queue import (
     list_kinds,
 )
 from ..core.schema import DEFAULT_SCHEMA_WAIT_S, wait_for_schema
-from ..formats import deadletters
+from ..formats import deadletters, queues
 from . import names
 from .consumer import DelayqConsumer, IdleConsumer, misfired_periodic
 
@@ -227,7 +227,8 @@ class DelayqBroker(Broker):
         self.queue = DelayedQueue(database, kind=f"{namespace}:", table=table,
                                   acquire_timeout=timedelta(seconds=acquire_timeout),
                                   ensure_schema=ensure_schema and not wait,
-                                  relaxed_consumer_commits=True, low_watermark=low_watermark)
+                                  relaxed_consumer_commits=True, low_watermark=low_watermark,
+                                  naming=queues)
         self._kind_queues: dict[str, DelayedQueue] = {}
         self._failures: defaultdict[str, deque[Failure]] = defaultdict(
             lambda: deque(maxlen=FAILURES_KEPT))

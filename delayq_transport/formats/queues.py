@@ -36,6 +36,21 @@ def queue_names(kind: str) -> set[str]:
     return {celery.queue_of_kind(kind)[0]}
 
 
+#: The one name under which a task carries its limit key (docs/how-to/limits.md).
+LIMIT_KEY = "delayq_limit_key"
+
+
+def limit_key_path(kind: str) -> str | None:
+    """Where a task of ``kind`` carries its limit key in its payload's JSON (a dotted path the
+    claim of a controlled queue reads): a Celery message header, a Dramatiq message option, a
+    django.tasks keyword argument. None for dead letters."""
+    if dramatiq.queue_of_kind(kind) is not None:
+        return None if not queue_names(kind) else f"options.{LIMIT_KEY}"
+    if _django_queue(kind) is not None:
+        return f"kwargs.{LIMIT_KEY}"
+    return f"headers.{LIMIT_KEY}"
+
+
 def kinds_of_queue(name: str, kinds: Iterable[str]) -> list[str]:
     """Of ``kinds``, those holding tasks of the queue ``name`` (or that are ``name``)."""
     return [k for k in kinds if k == name or name in queue_names(k)]

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from ..core.inspect import Health, check_health
-from ..core.queue import COUNT_CAP, DelayedQueue, KindStatus
+from ..core.queue import COUNT_CAP, ControlUse, DelayedQueue, KindStatus, controls_use
 from ..formats.celery import queue_of_kind
 from ..formats.deadletters import describe
 
@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 _TABLE = ("table",)
 _QUEUE = ("table", "queue", "priority")
 _RELATION = ("table", "relation", "kind")
+_CONTROL = ("table", "queue")
 
 #: Every metric: name -> (labels, help). The collector builds each gauge from its entry, so a
 #: series cannot be emitted without being declared here; docs/reference/metrics.md is
@@ -55,6 +56,14 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "delayq_cleanup_blockers": (("table", "source"), "Holders of the xmin horizon by source "
                                 "(session, standby, replication_slot, prepared_transaction)"),
     "delayq_warnings": (("table", "level"), "Warnings `delayq status` shows, by level"),
+    "delayq_queue_paused": (_CONTROL, "1 if the queue is paused fleet-wide (docs/how-to/"
+                                      "limits.md), 0 if limited only"),
+    "delayq_queue_concurrency_limit": (_CONTROL, "Most tasks of the queue held at once"),
+    "delayq_queue_in_use": (_CONTROL, "Tasks of a controlled queue held now (running or "
+                                      "prefetched)"),
+    "delayq_queue_rate_limit_per_second": (_CONTROL, "Claims per second the queue's rate "
+                                                     "limit allows"),
+    "delayq_queue_rate_tokens": (_CONTROL, "Claims the queue's token bucket allows now"),
 }
 #: name -> help text (kept for callers of the earlier API).
 METRIC_NAMES: dict[str, str] = {name: text for name, (_, text) in METRICS.items()}
@@ -81,11 +90,13 @@ class DelayqCollector:
         try:
             rows = self.queue.status(cap=self.cap)
             health = check_health(self.queue.db, table)
+            controls = controls_use(self.queue)
             up = 1.0
         except Exception as exc:  # a scrape reports failure as delayq_up 0, never raises
             log.warning("delayq metrics: scrape of %s failed: %s", table, exc)
-            rows, health, up = [], None, 0.0
+            rows, health, controls, up = [], None, [], 0.0
         yield from self._queue_metrics(table, rows)
+        yield from self._control_metrics(table, controls)
         if health is not None:
             yield from self._health_metrics(table, health)
         for name, value in (("delayq_up", up),
@@ -117,6 +128,23 @@ class DelayqCollector:
                 dead.add_metric([table, described.front_end, described.queue],
                                 float(r.due + r.scheduled + r.in_flight))
         yield dead
+
+    def _control_metrics(self, table: str, controls: list[ControlUse]) -> Iterator[Metric]:
+        fields = {
+            "delayq_queue_paused": lambda u: float(u.control.paused),
+            "delayq_queue_concurrency_limit": lambda u: u.control.concurrency,
+            "delayq_queue_in_use": lambda u: float(u.in_use),
+            "delayq_queue_rate_limit_per_second": lambda u: (
+                None if u.control.rate is None else u.control.rate[0] * 1000 / u.control.rate[1]),
+            "delayq_queue_rate_tokens": lambda u: u.tokens,
+        }
+        for name, get in fields.items():
+            g = _gauge(name)
+            for u in controls:
+                value = get(u)
+                if value is not None:
+                    g.add_metric([table, u.control.name], float(value))
+            yield g
 
     def _health_metrics(self, table: str, health: Health) -> Iterator[Metric]:
         idle = [b.age_s or 0.0 for b in health.blockers if b.idle_in_transaction]

@@ -13,6 +13,7 @@ from ..core.db import Database
 from ..core.integrations import Bindings
 from ..core.queue import DelayedQueue, Listener, PublishBuffer, check_linger
 from ..core.schema import set_unlogged, wait_for_schema
+from ..formats import queues
 from . import message as msg
 from .options import TRANSPORT_OPTIONS
 
@@ -60,6 +61,7 @@ class Backend:
                 # feeds it every NOTIFY and resets it when LISTEN was lost.
                 low_watermark=bool(opt("low_watermark")),
                 full_rescan_interval=float(opt("full_rescan_interval")),
+                naming=queues,
             )
             unlogged = opt("unlogged_table")
             if unlogged is not None:  # None: leave the table as the operator made it

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core import DelayqError
 from ..core.queue import DelayedQueue
-from . import api, bulk, failures, outcomes, pages, workers
+from . import api, bulk, controls, failures, outcomes, pages, workers
 from .context import HERE, State, guarded, state, status_of
 from .security import WebConfig, authenticated
 
@@ -72,6 +72,7 @@ def create_app(queue: DelayedQueue, config: WebConfig | None = None) -> Starlett
     routes = [
         *bulk.routes(guarded), *pages.routes(guarded), *api.routes(guarded),
         *outcomes.routes(guarded), *workers.routes(guarded), *failures.routes(guarded),
+        *controls.routes(guarded),
         Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static"),
     ]
     middleware = [

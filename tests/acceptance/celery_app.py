@@ -116,6 +116,9 @@ if os.environ.get("DELAYQ_TASK_QUEUES"):
     app.conf.task_queues = queues_from_spec(json.loads(os.environ["DELAYQ_TASK_QUEUES"]))
 if os.environ.get("DELAYQ_TASK_ROUTES"):
     app.conf.task_routes = json.loads(os.environ["DELAYQ_TASK_ROUTES"])
+if os.environ.get("BEAT_REFRESH"):  # tests/acceptance/test_limits.py: a beat that refreshes often
+    app.conf.delayq_beat_refresh_interval = float(os.environ["BEAT_REFRESH"])
+    app.conf.delayq_beat_horizon = float(os.environ.get("BEAT_HORIZON", "3"))
 if os.environ.get("DELAYQ_BEAT_EVERY"):
     app.conf.beat_schedule = {
         "mark-every": {"task": "celery_app.mark", "args": ("beat",),
@@ -145,3 +148,15 @@ if os.environ.get("DELAYQ_METRICS_PORT"):  # test_least_privilege_worker.py: the
     from delayq_transport.metrics import install_celery_metrics
 
     install_celery_metrics(app, port=int(os.environ["DELAYQ_METRICS_PORT"]))
+
+
+@app.task(bind=True, name="celery_app.spanned")
+def spanned(self, seconds: float = 0.3) -> None:
+    """Record when it started and ended on the database clock (tests/acceptance/
+    test_limits.py counts how many ran at once from these spans)."""
+    with psycopg.connect(os.environ["DELAYQ_RESULTS_URL"], autocommit=True) as conn:
+        row = conn.execute("INSERT INTO spans (task_id, pid) VALUES (%s, %s) RETURNING id",
+                           (self.request.id, os.getpid())).fetchone()
+        time.sleep(seconds)
+        conn.execute("UPDATE spans SET ended_ms = floor(extract(epoch FROM clock_timestamp())"
+                     " * 1000)::bigint WHERE id = %s", (row[0],))

@@ -118,3 +118,17 @@ def catch_up_tick(policy: str) -> None:
     """Made periodic by ``_dramatiq_scheduler`` (one entry per misfire policy)."""
     msg = CurrentMessage.get_current_message()
     record("catch_up_tick", f"{policy}:{msg.message_timestamp if msg else None}")
+
+
+@dramatiq.actor(queue_name="limited", max_retries=0)
+def spanned(seconds: float) -> None:
+    """Record when it ran on the database clock, under ``<limit key>:<message id>``
+    (tests/acceptance/test_limits.py; the spans table is tests/_spans.py's)."""
+    msg = CurrentMessage.get_current_message()
+    conn = _conn()
+    row = conn.execute("INSERT INTO spans (task_id, pid) VALUES (%s, %s) RETURNING id",
+                       (f"{msg.options.get('delayq_limit_key')}:{msg.message_id}",
+                        os.getpid())).fetchone()
+    time.sleep(seconds)
+    conn.execute("UPDATE spans SET ended_ms = floor(extract(epoch FROM clock_timestamp()) * 1000)"
+                 "::bigint WHERE id = %s", (row[0],))

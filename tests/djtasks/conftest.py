@@ -58,7 +58,8 @@ else:
 #: Tables every test starts without rows.
 TABLES = ("delayed_queue", "delayq_task_results", "delayq_schedule_installed",
           "delayq_schedule_schedulers",
-          "delayq_schedule_entries", "shop_taskrun", "shop_order")
+          "delayq_schedule_entries", "shop_taskrun", "shop_order", "delayed_queue__controls",
+          "delayed_queue__control_slots", "delayed_queue__control_keys")
 T = TypeVar("T")
 
 

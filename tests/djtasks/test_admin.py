@@ -261,3 +261,30 @@ def test_a_setting_that_names_no_table_is_a_check_error() -> None:
     with override_settings(DELAYQ_DATABASE="elsewhere", TASKS={}):
         found = [m for m in checks.run_checks() if m.id == "delayq_admin.E001"]
     assert len(found) == 1 and "no DATABASES entry 'elsewhere'" in found[0].msg
+
+
+def test_queue_controls_are_shown_and_changed_under_the_change_permission(
+        no_django_queries_on_delayq: None) -> None:
+    """The queue controls page (docs/how-to/limits.md): every queue holding tasks, its pause
+    and limits; ``view`` sees them, ``change`` pauses, resumes and limits; bad limits are
+    refused naming them and change nothing."""
+    celery_task("billing.remind", datetime.now(UTC) + timedelta(hours=1), queue="mail")
+    page = f"{ADMIN}/queuecontrol/"
+    viewer = user("control-viewer", "view_queuecontrol")
+    assert "mail" in idents(viewer.get(page))
+    assert viewer.post(f"{page}act/", {"action": "pause", "ids": ["mail"]}).status_code == 403
+    operator = user("control-operator", "view_queuecontrol", "change_queuecontrol")
+    done = operator.post(f"{page}act/", {"action": "pause", "ids": ["mail"]}, follow=True)
+    assert "mail paused" in done.content.decode()
+    operator.post(f"{page}act/", {"action": "limit", "ids": ["mail"], "concurrency": "3",
+                                   "rate": "50/s", "key_concurrency": "", "key_rate": ""})
+    [control] = target().queue().controls()
+    assert (control.control.paused, control.control.concurrency, control.control.rate) == (
+        True, 3, (50, 1000))
+    refused = operator.post(f"{page}act/", {"action": "limit", "ids": ["mail"],
+                                            "concurrency": "0"}, follow=True)
+    assert "concurrency limit of &#x27;mail&#x27; must be a whole number above 0" in (
+        refused.content.decode())
+    operator.post(f"{page}act/", {"action": "resume", "ids": ["mail"]})
+    shown = operator.get(page).content.decode()
+    assert "50/s" in shown and target().queue().controls()[0].control.paused is False

@@ -94,6 +94,7 @@ def test_metrics_endpoint_reports_the_holder_over_http(
         database_url: str, holder: psycopg.Connection) -> None:
     with DelayedQueue(database_url, kind="celery") as q:
         q.offer("ready", b"")
+        q.limit("celery", concurrency=3, rate="50/s")  # the queue control series are served
     server = serve_metrics(database_url, port=0)
     try:
         assert server.addr == "127.0.0.1"

@@ -14,7 +14,7 @@ from _pg_roles import grant_text, roles
 from click.testing import CliRunner
 
 from delayq_beat.store import BeatStore
-from delayq_transport import Database, DelayedQueue, migrate
+from delayq_transport import Database, DelayedQueue, Offer, migrate
 from delayq_transport.cli import main
 from delayq_transport.core import ListenUndeliverable, PermissionDenied, SchemaMissing
 from delayq_transport.core.db.queries import Queries
@@ -253,3 +253,26 @@ def test_a_role_without_grants_is_told_what_it_lacks(database_url: str) -> None:
                 DelayedQueue(role_url(database_url, name))
         finally:
             admin.execute(f'DROP ROLE "{name}"')
+
+
+def test_migration_21_lets_roles_granted_before_it_claim_and_show_controlled_queues(
+        database_url: str) -> None:
+    """Upgrading: a worker role granted before the control tables existed claims a limited
+    queue once `delayq migrate` ran; a monitor shows the controls; a producer gets nothing."""
+    with roles(database_url, "worker", "monitor", "producer") as urls:
+        with psycopg.connect(database_url, autocommit=True) as conn:  # back to version 20
+            conn.execute("DROP TABLE delayed_queue__controls, delayed_queue__control_slots, "
+                         "delayed_queue__control_keys")
+            conn.execute("DROP FUNCTION delayed_queue__claim_controlled")
+            conn.execute('DELETE FROM delayq_migrations WHERE "version" = 21')
+        with Database(database_url) as db:
+            assert migrate(db, "delayed_queue") == [21]
+        with DelayedQueue(urls["worker"], kind="celery") as q:
+            q.offer_batch([Offer("a", b"{}"), Offer("b", b"{}")])
+            q.limit("celery", concurrency=1, key_rate="5/s")
+            assert len(q.poll(5)[0]) == 1
+        result = CliRunner().invoke(main, ["-d", urls["monitor"], "status", "--json"])
+        assert result.exit_code == 0 and '"concurrency": 1' in result.output, result.output
+        with psycopg.connect(urls["producer"]) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("SELECT 1 FROM delayed_queue__controls")

@@ -23,6 +23,9 @@ NOT_LISTINGS = {
     "delayq beat enable": "one line: the entry enabled",
     "delayq beat disable": "one line: the entry disabled",
     "delayq beat import": "an action: its table is the plan it applies (or, --dry-run, would)",
+    "delayq queues pause": "one line: the queue paused",
+    "delayq queues resume": "one line: the queue resumed",
+    "delayq queues limit": "one line: the limits in force",
 }
 
 

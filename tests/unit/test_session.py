@@ -22,6 +22,7 @@ import pytest
 from delayq_transport.core import DatabaseUnavailable, ListenUndeliverable
 from delayq_transport.core.queue import Envelope, Listener
 from delayq_transport.core.queue.announce import MARKER_PREFIX
+from delayq_transport.core.queue.controls import CONTROL_NOTE
 from delayq_transport.core.queue.session import (
     SKEW_RETRY_S,
     Session,
@@ -49,6 +50,9 @@ class MemoryQueue:
         self.resets = 0
         self.disabled = False
         self.fail = False
+        self.controls_heard: list[bool | None] = []
+        self.limited: set[str] = set()
+        self.woken_claimers: list[list[str]] = []
 
     def add(self, kind: str, due_ms: int = 0, payload: bytes = b"m") -> int:
         row_id = next(self._ids)
@@ -105,6 +109,15 @@ class MemoryQueue:
 
     def disable_watermarks(self) -> None:
         self.disabled = True
+
+    def controls_changed(self, heard: bool | None = None) -> None:
+        self.controls_heard.append(heard)
+
+    def controlled(self, kinds: Iterable[str]) -> list[str]:
+        return [k for k in kinds if k in self.limited]
+
+    def wake_claimers(self, kinds: Iterable[str]) -> None:
+        self.woken_claimers.append(sorted(kinds))
 
 
 def session_of(queue: MemoryQueue, **options: Any) -> Session:
@@ -357,6 +370,22 @@ def test_a_new_listen_connection_makes_everyone_poll_from_the_bottom(
         session.listening()
         assert isinstance(session.listener, SilentListener)
         assert sub.wanted and queue.resets == resets + 1
+        assert queue.controls_heard[-1] is True  # changes made meanwhile are read
+    finally:
+        session.close()
+
+
+def test_a_control_change_rereads_the_controls_and_wakes_everyone(queue: MemoryQueue) -> None:
+    """A queue paused, resumed or limited (core/queue/controls.py) sends a marker wake-up: the
+    controls are read at the next poll and every subscription polls (a resume claims at
+    once); the marker is no kind's due time."""
+    session = session_of(queue)
+    try:
+        sub = session.subscribe(["a"], window=1)
+        session.poll(sub)
+        assert not sub.wanted
+        session.dispatch([(CONTROL_NOTE, 0)])
+        assert sub.wanted and queue.controls_heard[-1] is None and queue.lowered == []
     finally:
         session.close()
 
@@ -369,7 +398,31 @@ def test_listen_that_cannot_deliver_polls_on_the_short_interval(queue: MemoryQue
     try:
         session.listening()
         assert session.unheard and queue.disabled
+        assert queue.controls_heard[-1] is False  # read every second instead
         assert session.polling_interval == 0.5
+    finally:
+        session.close()
+
+
+def test_an_ack_that_frees_a_concurrency_slot_is_deleted_at_once_and_wakes_the_claimers(
+        queue: MemoryQueue) -> None:
+    """Other acks wait for the batch (an hour here); one that a concurrency limit counts is
+    flushed at once by the session's thread, which then wakes every consumer of its kind
+    (core/queue/controls.py)."""
+    queue.limited = {"a"}
+    for kind in ("a", "b"):
+        queue.add(kind)
+    session = session_of(queue)
+    try:
+        sub = session.subscribe(["a", "b"], window=2)
+        by_kind = {e.kind: e for e in session.poll(sub)}
+        session.ack(sub, [by_kind["b"]])
+        session.ack(sub, [by_kind["a"]])  # the session's thread flushes both, then wakes
+        deadline = time.monotonic() + 10
+        while not queue.woken_claimers and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert queue.woken_claimers == [["a"]] and len(queue.ack_calls) == 1
+        assert sorted(queue.ack_calls[0]) == sorted([(e.id, e.lock) for e in by_kind.values()])
     finally:
         session.close()
 

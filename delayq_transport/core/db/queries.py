@@ -89,6 +89,17 @@ def revoke_function_name(table: str) -> str:
     return f"{table}__revoke_waiting"
 
 
+def claim_function_name(table: str) -> str:
+    """The claim of a controlled queue (migration 21, core/queue/controls.py)."""
+    return f"{table}__claim_controlled"
+
+
+def control_table_names(table: str) -> dict[str, str]:
+    """Migration 21's tables by the identifier the .sql files name them with."""
+    return {"controls": f"{table}__controls", "control_slots": f"{table}__control_slots",
+            "control_keys": f"{table}__control_keys"}
+
+
 def demo_log_name(table: str) -> str:
     """The run log ``delayq demo`` keeps next to its queue table (core/ledgers/runlog.py)."""
     return f"{table}__log"
@@ -120,6 +131,8 @@ class Queries:
             "update_trigger": sql.Identifier(f"{table}__notify_update"),
             "search_fn": sql.Identifier(f"{table}__search_text"),
             "revoke_fn": sql.Identifier(revoke_function_name(table)),
+            "claim_fn": sql.Identifier(claim_function_name(table)),
+            **{k: sql.Identifier(v) for k, v in control_table_names(table).items()},
             "demo_log": sql.Identifier(demo_log_name(table)),
             "demo_mark": sql.Literal(DEMO_MARK),
             "search_index": sql.Identifier(f"{table}__search_trgm"),
@@ -129,6 +142,7 @@ class Queries:
             **{f"{key}_literal": sql.Literal(sql.Identifier(name).as_string(None))
                for key, name in (("notify_fn", f"{table}__notify"),
                                  ("revoke_fn", revoke_function_name(table)),
+                                 ("claim_fn", claim_function_name(table)),
                                  ("search_fn", f"{table}__search_text"))},
             "channel": sql.Identifier(channel),
             "channel_literal": sql.Literal(channel),
@@ -190,6 +204,7 @@ def schema_statements(block: str, *, table: str, schema: str,
         "sequence": sql.Identifier(f"{table}_id_seq"),
         "migrations": sql.Identifier(MIGRATIONS_TABLE),
         "revoke_fn": sql.Identifier(revoke_function_name(table)),
+        **{k: sql.Identifier(v) for k, v in control_table_names(table).items()},
         "schema": sql.Identifier(schema),
     }
     if role is not None:

@@ -18,6 +18,16 @@ Adapters import the names of ``__all__``, never a module of this folder.
 
 from __future__ import annotations
 
+from .controls import (
+    UNCHANGED,
+    Control,
+    ControlUse,
+    Naming,
+    controls_use,
+    format_rate,
+    parse_rate,
+    set_control,
+)
 from .counts import AT_LEAST, COUNT_CAP, ESTIMATE, kind_row_estimates, past_the_cap
 from .delayed_queue import DelayedQueue
 from .joined import Joined, current, detached, set_implicit, transaction
@@ -62,6 +72,14 @@ from .validate import MAX_KEY_CHARS, MAX_KIND_CHARS, like_escape, validate_key, 
 from .watermark import DEFAULT_FULL_RESCAN_INTERVAL_S
 
 __all__ = [
+    "UNCHANGED",
+    "Control",
+    "ControlUse",
+    "Naming",
+    "controls_use",
+    "format_rate",
+    "parse_rate",
+    "set_control",
     "AT_LEAST",
     "COUNT_CAP",
     "DEFAULT_FULL_RESCAN_INTERVAL_S",

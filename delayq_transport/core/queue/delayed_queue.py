@@ -20,6 +20,7 @@ from ..db.queries import Queries
 from ..db.rows import PolledRow
 from ..schema.migrations import ensure_schema as ensure_current_schema
 from .announce import MARKER_PREFIX, Announcer
+from .controls import UNCHANGED, Control, Controls, ControlUse, Naming, controls_use, set_control
 from .counts import COUNT_CAP, capped_status, count_due
 from .leases import new_lock
 from .offer import Offering
@@ -59,6 +60,8 @@ class DelayedQueue(Offering, OnceOffering):
       low_watermark: start polls at this consumer's per-kind floor instead of the bottom of
         the index; only sound for a consumer that feeds it NOTIFYs (the transports do).
       full_rescan_interval: with ``low_watermark``, seconds between probes below the floor.
+      naming: which queue names select a kind and where its tasks carry a limit key (the
+        front end's ``formats/queues.py``): how a consumer finds its controlled kinds.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class DelayedQueue(Offering, OnceOffering):
         low_watermark: bool = False,
         full_rescan_interval: float = DEFAULT_FULL_RESCAN_INTERVAL_S,
         owns_database: bool = False,
+        naming: Naming | None = None,
     ) -> None:
         self.kind = validate_kind(kind)
         self.queries = Queries(table)
@@ -95,6 +99,8 @@ class DelayedQueue(Offering, OnceOffering):
                           next_search_interval_s=next_search_interval(self.lease_ms))
             if low_watermark else None
         )
+        #: Which kinds polled are controlled (core/queue/controls.py), shared by clones.
+        self._controls = Controls(self, naming)
         self._owns_db = owns_database or isinstance(database, str)
         self.db = (
             Database(database, max_size=pool_max_size) if isinstance(database, str) else database
@@ -177,8 +183,75 @@ class DelayedQueue(Offering, OnceOffering):
         ``low_watermark`` it is searched only now and then, and the time reported in between
         is the last one found lowered by every announcement since (see
         ``core/queue/watermark.py``)."""
-        lock = new_lock()  # starts with this process' worker tag (core/queue/leases.py)
         kinds = self._kinds(kinds)
+        routes = self._controls.routes(kinds)
+        if routes is None:
+            return self._poll(n, kinds)
+        envelopes: list[Envelope] = []
+        dues: list[int] = []
+        for name, group in routes:
+            if len(envelopes) >= n:
+                break
+            if name is None:
+                envs, due = self._poll(n - len(envelopes), group)
+            else:
+                lock = new_lock()
+                rows = self._controls.claim(name, group, n - len(envelopes), lock,
+                                           self.lease_ms, True, self.relaxed)
+                envs, due = self._envelopes(rows, lock)
+            envelopes += envs
+            dues += [] if due is None else [due]
+        return envelopes, min(dues, default=None)
+
+    # -- fleet-wide control (core/queue/controls.py, docs/how-to/limits.md) -------------------
+
+    def pause(self, queue: str) -> Control:
+        """Stop every worker of the fleet claiming tasks of ``queue`` (within a second);
+        its waiting rows and countdowns stay as they are. Kept until :meth:`resume`."""
+        return self._control(queue, paused=True)
+
+    def resume(self, queue: str) -> Control:
+        """Let the fleet claim ``queue``'s tasks again (within a second); its limits stay."""
+        return self._control(queue, paused=False)
+
+    def limit(self, queue: str, *, concurrency: int | None = UNCHANGED,
+              key_concurrency: int | None = UNCHANGED, rate: str | None = UNCHANGED,
+              key_rate: str | None = UNCHANGED) -> Control:
+        """Set ``queue``'s fleet-wide limits (None removes one, what is not given stays): at
+        most ``concurrency`` tasks held at once, ``rate`` claims (``"50/s"``, ``"100/m"``),
+        and the same per limit key (``key_*``)."""
+        return self._control(queue, concurrency=concurrency, key_concurrency=key_concurrency,
+                             rate=rate, key_rate=key_rate)
+
+    def _control(self, queue: str, **changes: Any) -> Control:
+        """Change a control; this queue's own polls see it at once (others hear its wake-up)."""
+        control = set_control(self, queue, **changes)
+        self.controls_changed()
+        return control
+
+    def controls(self) -> list[ControlUse]:
+        """Every controlled queue with what it holds now."""
+        return controls_use(self)
+
+    def controlled(self, kinds: Iterable[str]) -> list[str]:
+        """Of ``kinds``, those whose acks free a concurrency slot (as last read: no statement)."""
+        return self._controls.limited(kinds)
+
+    def wake_claimers(self, kinds: Iterable[str]) -> None:
+        """Tell every consumer of ``kinds`` that a slot is free: a wake-up due now of each, on
+        a transaction of its own committed without waiting for the WAL flush."""
+        self.db.execute(self.queries["announce"], {"payloads": [f"{k}:0" for k in kinds]},
+                        relaxed=True)
+
+    def controls_changed(self, heard: bool | None = None) -> None:
+        """A control may have changed (its wake-up, or LISTEN lost): read them at the next
+        poll; ``heard`` says whether changes will be heard from now on (else read them every
+        second)."""
+        self._controls.changed(heard)
+
+    def _poll(self, n: int, kinds: list[str]) -> tuple[list[Envelope], int | None]:
+        """The plain claim (``try_poll_many``): every queue without a control."""
+        lock = new_lock()  # starts with this process' worker tag (core/queue/leases.py)
         marks = self.watermarks
         ticket = None if marks is None else marks.begin(kinds)
         params = {
@@ -212,6 +285,16 @@ class DelayedQueue(Offering, OnceOffering):
             next_due = marks.finish(  # type: ignore[union-attr]
                 ticket, taken_max, n, len(rows), None if last is None else last.polled_at,
                 next_due)
+        return self._envelopes(rows, lock, next_due)
+
+    def _envelopes(self, rows: list[PolledRow], lock: str, next_due: int | None = None
+                   ) -> tuple[list[Envelope], int | None]:
+        """The polled rows as envelopes in delivery order, and when to look again (from the
+        statement's last row, unless given)."""
+        if next_due is None:
+            last = next((r for r in rows if r.id is None), None)
+            next_due = None if last is None else last.next_due
+        rows = [r for r in rows if r.id is not None]
         rows.sort(key=_delivery_order)
         ack = self.ack
         envelopes = [

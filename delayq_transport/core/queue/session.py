@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..db.errors import DatabaseError, DatabaseUnavailable, ListenUndeliverable
 from . import partitions
+from .controls import CONTROL_NOTE
 from .listen import Listener
 from .types import Envelope
 
@@ -116,6 +117,12 @@ class SessionQueue(Protocol):
     def reset_watermarks(self) -> None: ...
 
     def disable_watermarks(self) -> None: ...
+
+    def controls_changed(self, heard: bool | None = None) -> None: ...
+
+    def controlled(self, kinds: Iterable[str]) -> list[str]: ...
+
+    def wake_claimers(self, kinds: Iterable[str]) -> None: ...
 
 
 class EventLoop(Protocol):
@@ -255,12 +262,20 @@ class Subscription:
             for env in envs:
                 self.held[(env.id, env.lock)] = env
 
-    def _forget(self, deliveries: Iterable[Delivery]) -> list[tuple[int, str]]:
-        """Stop holding these; returns the ones that were held (a second settle is a no-op).
-        Wakes the waiter when the freed room is what it waits for: the first slot of a full
-        window, or the refill of a backlog (waking on every settle cost a thread switch each)."""
+    def _forget(self, deliveries: Iterable[Delivery], kinds: set[str] | None = None
+                ) -> list[tuple[int, str]]:
+        """Stop holding these; returns the ones that were held (a second settle is a no-op),
+        and adds their kinds to ``kinds``. Wakes the waiter when the freed room is what it
+        waits for: the first slot of a full window, or the refill of a backlog (waking on
+        every settle cost a thread switch each)."""
         with self.session.lock:
-            gone = [k for k in map(_key, deliveries) if self.held.pop(k, None) is not None]
+            gone = []
+            for key in map(_key, deliveries):
+                env = self.held.pop(key, None)
+                if env is not None:
+                    gone.append(key)
+                    if kinds is not None:
+                        kinds.add(env.kind)
         if gone and self.signal is not None:
             room, window = self.capacity()
             if room is not None and (room == len(gone) or window and room == refill(window)):
@@ -332,6 +347,12 @@ class Session:
         self._poller: threading.Thread | None = None
         self._jobs: SimpleQueue[tuple[PollJob, list[tuple[Subscription, int]]] | None]
         self._jobs = SimpleQueue()
+        #: Kinds whose acks freed a concurrency slot: the session's thread flushes at once and
+        #: wakes their consumers (no statement on the acking thread: kombu's hub, say).
+        self._freed: set[str] = set()
+        self._urgent = threading.Event()
+        if listen is None:  # no wake-up will tell of a control's change: read them every second
+            queue.controls_changed(heard=False)
 
     # -- subscriptions ---------------------------------------------------------------------
 
@@ -482,6 +503,7 @@ class Session:
             log.log(logging.INFO if exc.expected else logging.WARNING, "delayq: %s", exc)
             self.unheard = True
             self.queue.disable_watermarks()  # only NOTIFYs keep it sound
+            self.queue.controls_changed(heard=False)
             self.polling_interval = min(self.polling_interval, self._unheard_interval)
             if self._loop is not None:
                 self._timer("unheard", self._loop.call_repeatedly(self.polling_interval,
@@ -490,8 +512,10 @@ class Session:
         self.listener = listener
         if self._loop is not None and not self.deaf:
             self._loop.add_reader(listener.fd, self.drain)
-        # What was published before it listened was not heard: everyone polls, from the bottom.
+        # What was published before it listened was not heard: everyone polls, from the bottom,
+        # and control changes made meanwhile are read (core/queue/controls.py).
         self.queue.reset_watermarks()
+        self.queue.controls_changed(heard=True)
         self.wake()
 
     def _lost(self, exc: Exception) -> None:
@@ -499,6 +523,7 @@ class Session:
         log.warning("delayq: %s; polling until LISTEN is back", exc)
         self._close_listener()
         self.queue.reset_watermarks()
+        self.queue.controls_changed(heard=False)
         self.wake()
         try:
             self.listening()
@@ -519,6 +544,10 @@ class Session:
             self.dispatch(notes)
 
     def dispatch(self, notes: list[tuple[str, int]]) -> None:
+        if any(kind == CONTROL_NOTE for kind, _ in notes):  # a queue paused, resumed, limited
+            self.queue.controls_changed()
+            self.wake()
+            notes = [n for n in notes if n[0] != CONTROL_NOTE]
         lower = self.queue.lower_watermark
         for kind, at_ms in notes:
             lower(kind, at_ms)  # search markers too: the next poll scans from below this row
@@ -686,8 +715,10 @@ class Session:
                     next_read = time.monotonic() + DEAF_READ_INTERVAL_S
                     self.drain()
             else:
-                self._stop.wait(max(next_flush - now, 0.0))
+                self._urgent.wait(max(next_flush - now, 0.0))
             now = time.monotonic()
+            if self._urgent.is_set():
+                self._free_slots()
             if now < next_flush:
                 continue  # woken by a notification: acks wait for their interval
             next_flush = now + self.ack_flush_interval
@@ -703,6 +734,19 @@ class Session:
             except (DatabaseUnavailable, DatabaseError) as exc:
                 log.warning("delayq: maintenance failed, will retry: %s", exc)
 
+    def _free_slots(self) -> None:
+        """Delete the acks that freed concurrency slots, then wake the consumers of those
+        kinds (a failure leaves them to the next flush and the claimers' retry)."""
+        self._urgent.clear()
+        with self.lock:
+            kinds, self._freed = self._freed, set()
+        try:
+            self.flush()
+            if kinds:
+                self.queue.wake_claimers(kinds)
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            log.warning("delayq: could not free concurrency slots at once: %s", exc)
+
     def extend_leases(self) -> None:
         locks: set[str] = set()
         for sub in self.subscriptions():
@@ -713,13 +757,22 @@ class Session:
     # -- settling ----------------------------------------------------------------------------
 
     def ack(self, sub: Subscription, deliveries: Iterable[Delivery]) -> None:
-        """Delete these rows: within ACK_FLUSH_INTERVAL_S, at once past ``batch_size``."""
-        gone = sub._forget(deliveries)
+        """Delete these rows: within ACK_FLUSH_INTERVAL_S, at once past ``batch_size``; at
+        once too when a concurrency limit counts them (by the session's thread), and then the
+        consumers of their kinds are woken to take the freed slots (core/queue/controls.py)."""
+        kinds: set[str] = set()
+        gone = sub._forget(deliveries, kinds)
         if not gone:
             return
         with self.lock:
             self._acks.extend(gone)
             full = len(self._acks) >= self.batch_size
+        limited = self.queue.controlled(kinds)
+        if limited:
+            with self.lock:
+                self._freed.update(limited)
+            self._urgent.set()
+            self.kick()
         if full:
             self.flush()
 
@@ -760,6 +813,7 @@ class Session:
     def close(self) -> None:
         """Stop: every wait wakes at once; acks are flushed, a poll in flight given back."""
         self._stop.set()
+        self._urgent.set()
         self.kick()
         for sub in self.subscriptions():
             if sub.signal is not None:

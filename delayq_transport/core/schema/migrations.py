@@ -272,6 +272,76 @@ def _create_schedulers_table(conn: psycopg.Connection[Any], q: Queries) -> None:
             conn.execute(statement)
 
 
+def controls_tables(queue_table_name: str, metadata: MetaData | None = None) -> list[Table]:
+    """Migration 21's tables of fleet-wide control (core/queue/controls.py), beside the queue
+    table, which keeps its columns and indexes: one row per controlled queue (paused, limits,
+    the queue's token bucket), the slots held under a concurrency limit (one per leased row, by
+    row id, swept once its row is acked, released or its lease lapsed) and the per-key token
+    buckets."""
+    from sqlalchemy import (
+        BigInteger,
+        Boolean,
+        Column,
+        Float,
+        Index,
+        Integer,
+        MetaData,
+        Table,
+        Text,
+    )
+
+    metadata = metadata or MetaData()
+    controls = Table(
+        f"{queue_table_name}__controls", metadata,
+        Column("name", Text, primary_key=True),
+        Column("paused", Boolean, nullable=False, server_default="false"),
+        Column("concurrency", Integer, nullable=True),
+        Column("keyConcurrency", Integer, nullable=True),
+        Column("rateCount", Integer, nullable=True),
+        Column("rateMs", BigInteger, nullable=True),
+        Column("keyRateCount", Integer, nullable=True),
+        Column("keyRateMs", BigInteger, nullable=True),
+        Column("tokens", Float, nullable=False, server_default="0"),
+        Column("refilledAt", BigInteger, nullable=False, server_default="0"),
+        Column("updatedAt", BigInteger, nullable=False),
+    )
+    slots = Table(
+        f"{queue_table_name}__control_slots", metadata,
+        Column("id", BigInteger, primary_key=True, autoincrement=False),
+        Column("lock", Text, nullable=False),
+        Column("name", Text, nullable=False),
+        Column("key", Text, nullable=True),
+    )
+    Index(f"{queue_table_name}__control_slots_by_name", slots.c.name, slots.c.key)
+    keys = Table(
+        f"{queue_table_name}__control_keys", metadata,
+        Column("name", Text, primary_key=True),
+        Column("key", Text, primary_key=True),
+        Column("tokens", Float, nullable=False),
+        Column("refilledAt", BigInteger, nullable=False),
+    )
+    Index(f"{queue_table_name}__control_keys_by_refill", keys.c.name, keys.c.refilledAt)
+    return [controls, slots, keys]
+
+
+def _create_controls(conn: psycopg.Connection[Any], q: Queries) -> None:
+    """Migration 21: the control tables and the claim function of a controlled queue. The
+    roles that may poll (UPDATE on the queue table) get the rights the claim needs, those that
+    only read it (monitors) what status shows, so roles granted before the upgrade keep
+    working; `delayq grants` prints them for new roles."""
+    for table in controls_tables(q.table):
+        for statement in ddl(table):
+            conn.execute(statement)
+    conn.execute(q["controls_claim_function"])
+    row = conn.execute(q["table_schema"]).fetchone()
+    assert row is not None
+    for role, polls in conn.execute(q["table_readers_and_pollers"]).fetchall():
+        block = "schema_controls_grant_poller" if polls else "schema_controls_grant_reader"
+        for statement in schema_statements(block, table=q.table, schema=str(row[0]),
+                                           role=str(role)):
+            conn.execute(statement)
+
+
 def create_periodic_tables(conn: psycopg.Connection[Any], q: Queries) -> None:
     """Migration 10 (idempotent: CREATE ... IF NOT EXISTS), under the names it was released
     with; migration 16 renames them."""
@@ -346,6 +416,9 @@ MIGRATIONS: list[Migration] = [
     Migration(18, "the scheduling engine's schedulers: which configuration is in force when "
               "schedulers of different releases run at once", _create_schedulers_table,
               lock="none"),
+    Migration(21, "fleet-wide control: paused queues, concurrency and rate limits (tables of "
+              "their own and the claim function of a controlled queue)",
+              _create_controls, lock="none"),
 ]
 
 

@@ -74,6 +74,200 @@ WHERE c.oid = to_regclass('"delayq_schedule_installed"') AND a.grantee <> c.relo
 GROUP BY r.rolname
 ORDER BY 1
 
+-- table_readers_and_pollers --
+-- Roles (not PUBLIC, not the owner) that poll the queue table (UPDATE) or only read it (SELECT,
+-- no INSERT: a monitor), and which: migration 21 gives pollers what the claim of a controlled
+-- queue needs and readers what `delayq status` and the metrics read, as `delayq grants` does,
+-- so roles granted before it keep working. Producers (INSERT, no UPDATE) get nothing.
+SELECT r.rolname, bool_or(a.privilege_type = 'UPDATE') AS polls
+FROM pg_class AS c CROSS JOIN LATERAL aclexplode(c.relacl) AS a
+JOIN pg_roles AS r ON r.oid = a.grantee
+WHERE c.oid = {table_literal}::regclass AND a.grantee <> c.relowner
+GROUP BY r.rolname
+HAVING bool_or(a.privilege_type = 'UPDATE')
+    OR (bool_or(a.privilege_type = 'SELECT') AND NOT bool_or(a.privilege_type = 'INSERT'))
+ORDER BY 1
+
+-- controls_claim_function --
+-- Migration 21: the claim of a controlled queue (core/queue/controls.py: `claim_controlled`
+-- calls it once per poll; queues without a control row never do). A function, not one
+-- statement, because the limits must be counted after the control row's lock is granted: in
+-- READ COMMITTED a statement keeps the snapshot it started with, so two workers racing would
+-- each count the slots as they were before the other's claim; a VOLATILE function takes a new
+-- snapshot for each statement after the lock. Claims of one controlled queue are thereby
+-- serialised across the fleet, which is what holding a limit costs.
+-- Paused: nothing is claimed, and no due time (resuming NOTIFYs). Concurrency: the slots of
+-- rows held under a live lease (control_slots, one per claimed row), swept here once their row
+-- is acked, released or its lease lapsed, so a killed worker's slot comes back with its lease.
+-- Rate: a token bucket in the control row (per key: in control_keys), refilled by the time
+-- elapsed and holding at most `p_burst_ms` of tokens (at least one). Per key: a row's key is
+-- its payload's JSON at the path given for its kind (NULL: the row has no key and only the
+-- queue's limits apply); keyed limits look at the first `p_key_window` due rows, so a key at
+-- its limit does not hold back the others behind it. Rows held back are left untouched: due,
+-- unleased, in place. The last row (id NULL) carries when to look again (a token or a slot
+-- expected, or the next due time) and the claim's now, as try_poll_many's does.
+CREATE OR REPLACE FUNCTION {claim_fn}(
+    p_name text, p_kinds text[], p_key_paths text[], p_limit integer, p_lock text,
+    p_lease_ms bigint, p_now bigint, p_want_next boolean, p_retry_ms bigint,
+    p_key_window integer, p_burst_ms bigint)
+RETURNS TABLE (id bigint, "pKey" text, "pKind" text, payload bytea, previous_at bigint,
+               "scheduledAtInitially" bigint, "createdAt" bigint, ord bigint,
+               next_due bigint, polled_at bigint)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    c {controls}%ROWTYPE;
+    v_now bigint;
+    v_room integer := p_limit;
+    v_tokens double precision;
+    v_key_burst double precision;
+    v_keyed boolean;
+    v_slots boolean;
+    v_window integer;
+    v_ids bigint[]; v_tids tid[]; v_prev bigint[]; v_ords bigint[]; v_keys text[];
+    c_ids bigint[]; c_tids tid[]; c_prev bigint[]; c_ords bigint[]; c_keys text[];
+    c_rns bigint[];
+    v_seen bigint := 0;
+    v_taken integer := 0;
+    v_next bigint;
+BEGIN
+    SELECT x.* INTO c FROM {controls} AS x WHERE x."name" = p_name FOR UPDATE;
+    v_now := COALESCE(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    IF c."paused" THEN
+        RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::bytea, NULL::bigint,
+            NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, v_now;
+        RETURN;
+    END IF;
+    v_keyed := c."keyConcurrency" IS NOT NULL OR c."keyRateCount" IS NOT NULL;
+    v_slots := c."concurrency" IS NOT NULL OR c."keyConcurrency" IS NOT NULL;
+    v_key_burst := GREATEST(1.0, c."keyRateCount"::float8 * p_burst_ms / c."keyRateMs");
+    IF v_slots THEN
+        DELETE FROM {control_slots} AS s
+        WHERE s."name" = p_name AND NOT EXISTS (
+            SELECT 1 FROM {table} AS t
+            WHERE t."id" = s."id" AND t."lockUuid" = s."lock" AND t."scheduledAt" > v_now);
+    END IF;
+    IF c."concurrency" IS NOT NULL THEN
+        v_room := LEAST(v_room, c."concurrency" - (
+            SELECT count(*) FROM {control_slots} AS s WHERE s."name" = p_name)::integer);
+    END IF;
+    IF c."rateCount" IS NOT NULL THEN
+        v_tokens := LEAST(GREATEST(1.0, c."rateCount"::float8 * p_burst_ms / c."rateMs"),
+                          c."tokens" + GREATEST(v_now - c."refilledAt", 0)::float8
+                                       * c."rateCount" / c."rateMs");
+        v_room := LEAST(v_room, floor(v_tokens)::integer);
+    END IF;
+    IF v_room > 0 THEN
+        v_window := CASE WHEN v_keyed THEN GREATEST(v_room, p_key_window) ELSE v_room END;
+        -- The window of due rows, locked (others' locked rows skipped), each with its key and
+        -- its place among its key's rows.
+        SELECT array_agg(w.id), array_agg(w.tid), array_agg(w.at), array_agg(w.ord),
+               array_agg(w.key), array_agg(w.rn)
+        INTO c_ids, c_tids, c_prev, c_ords, c_keys, c_rns
+        FROM (
+            SELECT cand.*, row_number() OVER (PARTITION BY cand.key
+                                              ORDER BY cand.ord, cand.at, cand.id) AS rn
+            FROM (
+                SELECT q."id" AS id, q.ctid AS tid, q."scheduledAt" AS at, k.ord,
+                       CASE WHEN v_keyed AND k.path IS NOT NULL
+                                 AND substring(q."payload" FROM 1 FOR 1) = '\x7b'::bytea
+                            THEN convert_from(q."payload", 'UTF8')::jsonb
+                                 #>> string_to_array(k.path, '.') END AS key
+                FROM unnest(p_kinds, p_key_paths) WITH ORDINALITY AS k(kind, path, ord)
+                CROSS JOIN LATERAL (
+                    SELECT t."id", t.ctid, t."scheduledAt", t."payload" FROM {table} AS t
+                    WHERE (t."pKind", t."scheduledAt") >= (k.kind, -9223372036854775808)
+                      AND t."pKind" = k.kind AND t."scheduledAt" <= v_now
+                    ORDER BY t."pKind", t."scheduledAt"
+                    LIMIT v_window
+                    FOR UPDATE SKIP LOCKED
+                ) AS q
+                LIMIT v_window
+            ) AS cand
+        ) AS w;
+        v_seen := COALESCE(cardinality(c_ids), 0);
+        -- Of the window, the rows whose key has room, up to the queue's room.
+        SELECT array_agg(w.id), array_agg(w.tid), array_agg(w.at), array_agg(w.ord),
+               array_agg(w.key)
+        INTO v_ids, v_tids, v_prev, v_ords, v_keys
+        FROM (
+            SELECT w.*
+            FROM unnest(c_ids, c_tids, c_prev, c_ords, c_keys, c_rns)
+                 AS w(id, tid, at, ord, key, rn)
+            LEFT JOIN (SELECT s."key", count(*) AS n FROM {control_slots} AS s
+                       WHERE s."name" = p_name AND s."key" IS NOT NULL
+                       GROUP BY s."key") AS u ON u."key" = w.key
+            LEFT JOIN {control_keys} AS b ON b."name" = p_name AND b."key" = w.key
+            WHERE w.key IS NULL
+               OR ((c."keyConcurrency" IS NULL OR COALESCE(u.n, 0) + w.rn <= c."keyConcurrency")
+                   AND (c."keyRateCount" IS NULL OR w.rn <= floor(LEAST(v_key_burst,
+                        COALESCE(b."tokens", v_key_burst)
+                        + GREATEST(v_now - b."refilledAt", 0)::float8
+                          * c."keyRateCount" / c."keyRateMs"))))
+            ORDER BY w.ord, w.at, w.id
+            LIMIT v_room
+        ) AS w;
+        v_taken := COALESCE(cardinality(v_ids), 0);
+    END IF;
+    IF v_taken > 0 THEN
+        RETURN QUERY
+        WITH acquired AS (
+            UPDATE {table} AS t SET "lockUuid" = p_lock, "scheduledAt" = v_now + p_lease_ms
+            WHERE t.ctid = ANY(v_tids) AND t."id" = ANY(v_ids)
+            RETURNING t."id", t."pKey", t."pKind", t."payload", t."scheduledAtInitially",
+                      t."createdAt"
+        )
+        SELECT a."id", a."pKey"::text, a."pKind"::text, a."payload", p.prev,
+               a."scheduledAtInitially", a."createdAt", p.ord, NULL::bigint, NULL::bigint
+        FROM acquired AS a JOIN unnest(v_ids, v_prev, v_ords) AS p(id, prev, ord)
+          ON p.id = a."id";
+        IF v_slots THEN
+            INSERT INTO {control_slots} ("id", "lock", "name", "key")
+            SELECT s.id, p_lock, p_name, s.key FROM unnest(v_ids, v_keys) AS s(id, key)
+            ON CONFLICT ("id") DO UPDATE
+            SET "lock" = EXCLUDED."lock", "name" = EXCLUDED."name", "key" = EXCLUDED."key";
+        END IF;
+        IF c."keyRateCount" IS NOT NULL THEN
+            INSERT INTO {control_keys} AS b ("name", "key", "tokens", "refilledAt")
+            SELECT p_name, s.key, v_key_burst - count(*), v_now
+            FROM unnest(v_keys) AS s(key) WHERE s.key IS NOT NULL GROUP BY s.key
+            ON CONFLICT ("name", "key") DO UPDATE
+            SET "tokens" = LEAST(v_key_burst, b."tokens" + GREATEST(v_now - b."refilledAt", 0)::float8
+                                 * c."keyRateCount" / c."keyRateMs")
+                           - (v_key_burst - EXCLUDED."tokens"),
+                "refilledAt" = v_now;
+            -- Buckets full again are forgotten (a key not seen for a while starts full).
+            DELETE FROM {control_keys} AS b
+            WHERE b."name" = p_name
+              AND b."refilledAt" < v_now - ceil(v_key_burst * c."keyRateMs" / c."keyRateCount");
+        END IF;
+    END IF;
+    IF c."rateCount" IS NOT NULL THEN
+        UPDATE {controls} AS x SET "tokens" = v_tokens - v_taken, "refilledAt" = v_now
+        WHERE x."name" = p_name;
+    END IF;
+    IF v_taken < p_limit AND (v_room <= 0 OR v_seen > v_taken OR v_taken >= v_room) THEN
+        -- A limit held due rows back: look again when a token comes, else after p_retry_ms.
+        v_next := v_now + CASE
+            WHEN c."rateCount" IS NOT NULL AND v_tokens - v_taken < 1 AND NOT v_seen > v_taken
+            THEN GREATEST(1, ceil((1 - (v_tokens - v_taken)) * c."rateMs" / c."rateCount"))::bigint
+            ELSE p_retry_ms END;
+    ELSIF p_want_next THEN
+        SELECT min(x.at) INTO v_next
+        FROM unnest(p_kinds) AS k(kind)
+        CROSS JOIN LATERAL (
+            SELECT t."scheduledAt" AS at FROM {table} AS t
+            WHERE (t."pKind", t."scheduledAt") >= (k.kind, -9223372036854775808)
+              AND (t."pKind", t."scheduledAt") <= (k.kind, 9223372036854775807::bigint)
+              AND t."id" <> ALL(COALESCE(v_ids, ARRAY[]::bigint[]))
+            ORDER BY t."pKind", t."scheduledAt" LIMIT 1
+        ) AS x;
+    END IF;
+    RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::bytea, NULL::bigint,
+        NULL::bigint, NULL::bigint, NULL::bigint, v_next, v_now;
+END
+$fn$
+
 -- table_persistence --
 -- 'p' (logged) or 'u' (unlogged) for the queue table: the opt-in unlogged mode (issue 11).
 SELECT c.relpersistence FROM pg_class AS c WHERE c.oid = {table_literal}::regclass
@@ -242,7 +436,9 @@ ORDER BY 3, 1, 2
 SELECT f::regprocedure::text FROM unnest(ARRAY[
     to_regprocedure({notify_fn_literal} || '()'),
     to_regprocedure({revoke_fn_literal} || '(text[])'),
-    to_regprocedure({search_fn_literal} || '(bytea)')]) AS f
+    to_regprocedure({search_fn_literal} || '(bytea)'),
+    to_regprocedure({claim_fn_literal} || '(text, text[], text[], integer, text, bigint, bigint, '
+                    || 'boolean, bigint, integer, bigint)')]) AS f
 WHERE f IS NOT NULL
 
 -- uninstall_other_tables --
@@ -252,7 +448,7 @@ SELECT DISTINCT "tableName" FROM {migrations} WHERE "tableName" <> %(table_name)
 -- uninstall_drop_tables --
 -- The queue table (its indexes, triggers and id sequence go with it), bindings and run ledger.
 -- No CASCADE: a view or foreign key of the user's on them makes this fail, and nothing drops.
-DROP TABLE IF EXISTS {table}, {bindings}, {runs}
+DROP TABLE IF EXISTS {table}, {bindings}, {runs}, {controls}, {control_slots}, {control_keys}
 
 -- uninstall_drop_demo_log --
 -- The run log `delayq demo` created next to its table (dropped only when it carries the mark).
@@ -260,7 +456,8 @@ DROP TABLE IF EXISTS {demo_log}
 
 -- uninstall_drop_functions --
 -- The table's functions, once nothing depends on them.
-DROP FUNCTION IF EXISTS {notify_fn}(), {revoke_fn}(text[]), {search_fn}(bytea)
+DROP FUNCTION IF EXISTS {notify_fn}(), {revoke_fn}(text[]), {search_fn}(bytea),
+    {claim_fn}(text, text[], text[], integer, text, bigint, bigint, boolean, bigint, integer, bigint)
 
 -- uninstall_forget_ledger --
 -- The table's rows in the migrations ledger.
@@ -310,6 +507,15 @@ REVOKE ALL ON FUNCTION {schema}.{revoke_fn}(text[]) FROM PUBLIC
 -- Migration 13: a role that may INSERT (publish) may revoke a waiting task by key.
 GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role}
 
+-- schema_controls_grant_poller --
+-- Migration 21: what a role that polls needs for the claim of a controlled queue.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{controls}, {schema}.{control_slots},
+    {schema}.{control_keys} TO {role}
+
+-- schema_controls_grant_reader --
+-- Migration 21: what a role that reads the queue table (a monitor) needs to show the controls.
+GRANT SELECT ON {schema}.{controls}, {schema}.{control_slots} TO {role}
+
 -- schema_schedulers_grant_writer --
 -- Migration 18: a role that writes the scheduling ledger (a scheduler's) records heartbeats.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_schedule_schedulers" TO {role}
@@ -339,7 +545,9 @@ GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {role};
 GRANT SELECT ON {schema}.{migrations} TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.{runs} TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.{revoke_fn}(text[]) TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_task_results" TO {role}
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}."delayq_task_results" TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{controls}, {schema}.{control_slots},
+    {schema}.{control_keys} TO {role}
 
 -- grant_beat --
 -- Schedulers (celery beat with the delayq scheduler, run as the worker role; the Dramatiq and
@@ -371,6 +579,7 @@ GRANT SELECT ON {schema}."delayq_task_results" TO {role}
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.{table}, {schema}.{bindings}, {schema}.{migrations} TO {role};
 GRANT SELECT ON {schema}."delayq_task_results" TO {role};
+GRANT SELECT ON {schema}.{controls}, {schema}.{control_slots} TO {role};
 GRANT SELECT ON {schema}."delayq_schedule_entries", {schema}."delayq_schedule_installed",
     {schema}."delayq_schedule_schedulers" TO {role};
 GRANT pg_monitor TO {role}

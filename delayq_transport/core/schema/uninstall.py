@@ -24,6 +24,7 @@ from ..db.queries import (
     MIGRATIONS_TABLE,
     RESULTS_TABLE,
     Queries,
+    control_table_names,
     demo_log_name,
     runs_table_name,
 )
@@ -32,6 +33,7 @@ from .migrations import (
     INSTALLED_TABLE,
     SCHEDULERS_TABLE,
     bindings_table,
+    controls_tables,
     queue_table,
     runs_table,
     serialise_schema_work,
@@ -74,9 +76,10 @@ class UninstallPlan:
 
 def _own_index_names(table: str) -> set[str]:
     """Index names delayq's DDL gives the table's relations (primary keys included)."""
+    controls = controls_tables(table)
     names = {f"{t}_pkey" for t in (table, f"{table}__bindings", runs_table_name(table),
-                                   demo_log_name(table))}
-    for declared in (queue_table(table), bindings_table(table), runs_table(table)):
+                                   demo_log_name(table), *(str(c.name) for c in controls))}
+    for declared in (queue_table(table), bindings_table(table), runs_table(table), *controls):
         names |= {str(index.name) for index in declared.indexes}
     return names | {f"{table}__search_trgm"}
 
@@ -85,7 +88,8 @@ def plan_uninstall(db: Database, table: str) -> UninstallPlan:
     """List, without changing anything, what uninstalling ``table`` would drop."""
     q = Queries(table)
     plan = UninstallPlan(table)
-    own = [table, f"{table}__bindings", runs_table_name(table), demo_log_name(table)]
+    own = [table, f"{table}__bindings", runs_table_name(table),
+           *control_table_names(table).values(), demo_log_name(table)]
     sequence = f"{table}_id_seq"
     found = {r[0]: r for r in db.fetchall(q["uninstall_relations"],
                                           {"names": [*own, sequence, *SHARED_TABLES]})}

@@ -18,7 +18,7 @@ entries, each with its actions, read and changed through delayq's services (the 
 
 A page is three things: an unmanaged model (:mod:`.models`, its permissions), a
 :class:`ServiceAdmin` subclass (``listing``, ``detail``, ``perform`` over a service) and its
-entry in :data:`ACTIONS`. Queues' limits and pause (issue 52) are added the same way.
+entry in :data:`ACTIONS`; queues' pause and limits (:class:`QueueControlAdmin`) are one.
 """
 
 from __future__ import annotations
@@ -42,12 +42,13 @@ from ...core import DelayedQueue, DelayqError, TaskResults
 from ...formats.django_tasks import KIND_PREFIX, result_truth
 from ...tasks import TaskFilter, TaskNotFound, TaskService, decode_cursor, encode_cursor
 from ...tasks.beat import beat_entries, set_beat_enabled
+from ...tasks.controls import QueueControls, limit_changes
 from ...tasks.deadletters import DeadLetterService
 from ...tasks.failures import FailureService, exception_of
 from ...tasks.filters import STATES
 from ...tasks.service import iso, kept_kind
 from ..target import target
-from .models import DeadLetter, PeriodicEntry, Result, Task
+from .models import DeadLetter, PeriodicEntry, QueueControl, Result, Task
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,10 @@ ACTIONS: dict[str, dict[str, tuple[str, str, str]]] = {
                    "discard": ("Discard", "delete", "Delete the selected dead letters?")},
     "periodicentry": {"enable": ("Enable", "change", "Enable the selected entries?"),
                       "disable": ("Disable", "change", "Disable the selected entries?")},
+    "queuecontrol": {"pause": ("Pause", "change", "Pause the selected queues on every worker?"),
+                     "resume": ("Resume", "change", "Resume the selected queues?"),
+                     "limit": ("Set the limits given", "change",
+                               "Set the limits given on the selected queues?")},
 }
 #: The results' "finished" filter: label -> how far back.
 SINCE = {"past hour": timedelta(hours=1), "past 24 hours": timedelta(days=1),
@@ -101,6 +106,8 @@ class Listing:
     next_url: str | None = None
     note: str = ""
     empty: str = "Nothing here."
+    #: Fields the actions read (name, label), sent with the selected rows.
+    action_inputs: list[tuple[str, str]] = field(default_factory=list)
 
 
 def when(ms_or_iso: int | str | None) -> str:
@@ -131,6 +138,11 @@ class ServiceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def perform(self, queue: DelayedQueue, action: str, ident: str) -> str:
         """Do ``action`` on one item; returns what was done (raises DelayqError when not)."""
         raise NotImplementedError
+
+    def perform_posted(self, request: HttpRequest, queue: DelayedQueue, action: str,
+                       ident: str) -> str:
+        """:meth:`perform`, for an action that also reads the listing's ``action_inputs``."""
+        return self.perform(queue, action, ident)
 
     # -- Django's admin -------------------------------------------------------------------
 
@@ -216,7 +228,7 @@ class ServiceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         done, refused = [], []
         for ident in ids[:PAGE]:
             try:
-                done.append(self.perform(queue, action, ident))
+                done.append(self.perform_posted(request, queue, action, ident))
             except DelayqError as exc:
                 refused.append(str(exc))
         log.info("delayq admin: %s (user %s) %s %d of %d: %s", request.user,
@@ -441,3 +453,46 @@ class PeriodicEntryAdmin(ServiceAdmin):
 
     def perform(self, queue: DelayedQueue, action: str, ident: str) -> str:
         return set_beat_enabled(queue, ident, action == "enable")
+
+
+@admin.register(QueueControl)
+class QueueControlAdmin(ServiceAdmin):
+    """Queues paused or limited for every worker, and the queues that could be
+    (``delayq queues``): ``change`` pauses, resumes and sets limits."""
+
+    #: The limit fields of the action form; empty leaves a limit, "none" removes it.
+    LIMITS = [("concurrency", "concurrency"), ("rate", "rate (50/s)"),
+              ("key_concurrency", "per key: concurrency"), ("key_rate", "per key: rate")]
+
+    def listing(self, request: HttpRequest, queue: DelayedQueue) -> Listing:
+        controls = QueueControls(queue)
+        shown = {v.use.control.name: v.as_dict() for v in controls.list()}
+        names = sorted(set(shown) | controls.plain_names())
+        rows = [Row(n, [n, *self._cells(shown.get(n))], self.url("change", n)) for n in names]
+        return Listing(
+            ["queue", "paused", "concurrency", "in use", "rate", "per key: concurrency",
+             "per key: rate"], rows, action_inputs=self.LIMITS,
+            note="A limit holds for every worker of every host; a change reaches them within "
+                 "a second. Leave a field empty to keep that limit, 'none' removes it.",
+            empty="No queue: no task is stored and no consumer declared one.")
+
+    @staticmethod
+    def _cells(c: dict[str, Any] | None) -> list[Any]:
+        if c is None:
+            return ["no", "–", "–", "–", "–", "–"]
+        return ["yes" if c["paused"] else "no", c["concurrency"], c["in_use"], c["rate"],
+                c["key_concurrency"], c["key_rate"]]
+
+    def detail(self, queue: DelayedQueue, ident: str) -> dict[str, Any]:
+        found = [v.as_dict() for v in QueueControls(queue).list() if v.use.control.name == ident]
+        fields = list(found[0].items()) if found else [("queue", ident), ("paused", False)]
+        return {"title": f"queue {ident}", "fields": fields, "ident": ident}
+
+    def perform_posted(self, request: HttpRequest, queue: DelayedQueue, action: str,
+                       ident: str) -> str:
+        controls = QueueControls(queue)
+        if action == "pause":
+            return f"{controls.pause(ident).name} paused"
+        if action == "resume":
+            return f"{controls.resume(ident).name} resumed"
+        return f"{controls.limit(ident, **limit_changes(request.POST.dict())).name} limited"

@@ -64,6 +64,14 @@ class DeadLetter(Unmanaged):
         verbose_name_plural = "dead letters"
 
 
+class QueueControl(Unmanaged):
+    """A queue paused or limited for every worker (docs/how-to/limits.md)."""
+
+    class Meta(Unmanaged.Meta):
+        verbose_name = "queue control"
+        verbose_name_plural = "queue controls"
+
+
 class PeriodicEntry(Unmanaged):
     """Periodic entries of the scheduling engine (Celery beat, Dramatiq, ``django.tasks``)."""
 

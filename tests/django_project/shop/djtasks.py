@@ -47,6 +47,22 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@task(queue_name="mail", takes_context=True)
+def spanned(context: TaskContext, seconds: float, delayq_limit_key: str | None = None) -> None:
+    """Record when it ran on the database clock under ``<limit key>:<result id>`` (the spans
+    table of tests/_spans.py; tests/djtasks/test_limits.py)."""
+    import time
+
+    with connection.cursor() as cur:
+        cur.execute("INSERT INTO spans (task_id, pid) VALUES (%s, %s) RETURNING id",
+                    [f"{delayq_limit_key}:{context.task_result.id}", os.getpid()])
+        span = cur.fetchone()[0]
+    time.sleep(seconds)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE spans SET ended_ms = floor(extract(epoch FROM clock_timestamp())"
+                    " * 1000)::bigint WHERE id = %s", [span])
+
+
 @task()
 def add(a: int, b: int) -> int:
     return a + b
