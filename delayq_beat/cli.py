@@ -4,7 +4,7 @@ Loaded by ``delayq_transport.cli`` when ``delayq beat`` runs, when the commands 
 and by ``delayq status`` when the table has beat entries (``LAZY_COMMANDS``,
 ``STATUS_PLUGIN_MODULES``); the beat tables themselves are the core's migration 10. ``delayq
 beat list`` also shows the ledgers of other front ends' periodic entries
-(:func:`~delayq_transport.tasks.beat.periodic_ledgers`: Dramatiq's periodic actors,
+(:func:`~delayq_transport.browse.beat.periodic_ledgers`: Dramatiq's periodic actors,
 django.tasks' periodic tasks).
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from delayq_transport.browse.beat import periodic_ledgers, with_task
 from delayq_transport.commands import STATUS_HOOKS, Context, console, register
 from delayq_transport.core import InvalidInput
 from delayq_transport.core.queue import DelayedQueue, from_ms, to_ms
@@ -28,7 +29,6 @@ from delayq_transport.scheduling.entries import instant
 from delayq_transport.scheduling.listing import ListedEntry, list_entries
 from delayq_transport.scheduling.schedules import Clocked, Solar, parse_crontab
 from delayq_transport.scheduling.store import EntryStore
-from delayq_transport.tasks.beat import periodic_ledgers, with_task
 
 from .import_cmd import import_command
 from .source_changes import ADVICE, Change, marks

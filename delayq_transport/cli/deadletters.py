@@ -1,6 +1,6 @@
 """``delayq tasks dead-letters list|show|requeue|delete``: every front end's dead letters
 (formats/deadletters.py), as the web page's dead-letters page shows them
-(:class:`delayq_transport.tasks.deadletters.DeadLetterService`)."""
+(:class:`delayq_transport.browse.deadletters.DeadLetterService`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from contextlib import contextmanager
 import click
 from rich.table import Table
 
+from ..browse import decode_cursor, encode_cursor
+from ..browse.deadletters import DeadLetterService
 from ..commands import Context, console
 from ..output import emit, json_option
-from ..tasks import decode_cursor, encode_cursor
-from ..tasks.deadletters import DeadLetterService
 
 
 @contextmanager

@@ -5,8 +5,8 @@ per-user data directory and says where. The live view reads the queue table itse
 it shows as "scheduled" is exactly what no worker holds yet.
 
 Pointed at a real database it touches nothing of the user's: it works in a queue table of its
-own (``delayq_demo``, core/ledgers/runlog.py), its worker consumes only the demo's queue there, and
-a second demo on the same database is refused while one runs.
+own (``delayq_demo``, core/ledgers/demo_tables.py), its worker consumes only the demo's
+queue there, and a second demo on the same database is refused while one runs.
 """
 
 from __future__ import annotations

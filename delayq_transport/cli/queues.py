@@ -1,5 +1,5 @@
 """``delayq queues list|pause|resume|limit``: fleet-wide control of a queue
-(docs/how-to/limits.md), through :class:`delayq_transport.tasks.controls.QueueControls`."""
+(docs/how-to/limits.md), through :class:`delayq_transport.browse.controls.QueueControls`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
+from ..browse.controls import QueueControls
 from ..commands import Context, console, register
 from ..core.queue import UNCHANGED, Control
 from ..output import emit, json_option
-from ..tasks.controls import QueueControls
 from .status import controls_table
 
 #: What ``--rate none`` and ``--concurrency none`` mean: remove that limit.

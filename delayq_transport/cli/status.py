@@ -17,11 +17,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..browse.controls import QueueControls
 from ..core.inspect import Health, check_health
 from ..core.queue import AT_LEAST, COUNT_CAP, ESTIMATE, DelayedQueue, KindStatus, from_ms
 from ..formats.celery import queue_of_kind
 from ..output import json_option
-from ..tasks.controls import QueueControls
 
 LEVEL_STYLE = {"warning": "yellow", "critical": "bold red"}
 

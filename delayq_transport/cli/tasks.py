@@ -1,6 +1,6 @@
 """``delayq tasks list|show|cancel|reschedule|run-now``: every waiting task is a row, so it can
 be listed, searched, shown, cancelled and moved. All work goes through
-:class:`delayq_transport.tasks.TaskService`; ``--json`` prints what the web API returns.
+:class:`delayq_transport.browse.TaskService`; ``--json`` prints what the web API returns.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..commands import Context, console, register
-from ..core.inspect import create_index, drop_index, index_ready
-from ..output import emit, json_option
-from ..tasks import (
+from ..browse import (
     TaskFilter,
     TaskNotFound,
     TaskService,
@@ -26,10 +23,13 @@ from ..tasks import (
     parse_duration,
     parse_when,
 )
-from ..tasks.failures import FailureService
-from ..tasks.filters import STATES
-from ..tasks.occurrences import occurrence_entry
-from ..tasks.outcomes import finished_outcome
+from ..browse.failures import FailureService
+from ..browse.filters import STATES
+from ..browse.occurrences import occurrence_entry
+from ..browse.outcomes import finished_outcome
+from ..commands import Context, console, register
+from ..core.inspect import create_index, drop_index, index_ready
+from ..output import emit, json_option
 from .deadletters import dead_letters_group
 
 

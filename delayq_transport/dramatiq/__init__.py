@@ -3,15 +3,16 @@
     from delayq_transport.dramatiq import DelayqBroker
     dramatiq.set_broker(DelayqBroker(url="postgresql://user@host/db"))
 
-See docs/how-to/dramatiq.md. ``decode_dramatiq`` and the names in :mod:`.names` import without
-Dramatiq installed; the broker and the periodic API need ``pip install delayq[dramatiq]``.
+See docs/how-to/dramatiq.md. ``decode_dramatiq`` and the names of :mod:`..formats.dramatiq`
+import without Dramatiq installed; the broker and the periodic API need
+``pip install delayq[dramatiq]``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .names import decode_dramatiq
+from ..formats.dramatiq import decode_dramatiq
 
 __all__ = ["DelayqBroker", "PeriodicScheduler", "decode_dramatiq", "periodic"]
 

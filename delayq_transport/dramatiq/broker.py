@@ -50,7 +50,7 @@ from ..core.queue import (
 )
 from ..core.schema import DEFAULT_SCHEMA_WAIT_S, wait_for_schema
 from ..formats import deadletters, queues
-from . import names
+from ..formats import dramatiq as names
 from .consumer import DelayqConsumer, IdleConsumer, misfired_periodic
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from dramatiq.errors import DecodeError
 from dramatiq.message import Message
 
 from ..core.queue import Envelope
+from ..formats.dramatiq import EXCEPTION_OPTION, PERIODIC_OPTION, TRACEBACK_OPTION, canonical
 from ..scheduling.misfire import dropped
-from .names import EXCEPTION_OPTION, PERIODIC_OPTION, TRACEBACK_OPTION, canonical
 from .ports import BrokerPort
 from .registry import superseded
 

@@ -13,8 +13,8 @@ from ..core.db import Database
 from ..core.integrations import Bindings
 from ..core.queue import DelayedQueue, Listener, PublishBuffer, check_linger
 from ..core.schema import set_unlogged, wait_for_schema
+from ..formats import celery as msg
 from ..formats import queues
-from . import message as msg
 from .options import TRANSPORT_OPTIONS
 
 log = logging.getLogger(__name__)

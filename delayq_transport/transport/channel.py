@@ -21,8 +21,8 @@ from kombu.transport.virtual.base import queue_declare_ok_t
 
 from ..core import DatabaseError, DatabaseUnavailable, InvalidInput
 from ..core.queue import DelayedQueue, Envelope, Subscription, current
+from ..formats import celery as msg
 from ..formats import deadletters
-from . import message as msg
 from .options import (
     CONTROL_EXCHANGE,
     DEFAULT_ACQUIRE_TIMEOUT_S,

@@ -28,7 +28,7 @@ from typing import Any
 from ..core.inspect import MIN_MS, Inspector, TaskRow
 from ..core.queue import from_ms
 from ..formats import celery as celery_message
-from ..tasks.decoders import decode
+from ..formats.decoders import decode
 from .channel import DelayqChannel
 
 #: Waiting tasks one worker lists (soonest first), unless the request asks otherwise.

@@ -8,10 +8,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..browse import decode_cursor, encode_cursor
+from ..browse.beat import beat_entries, set_beat_enabled
+from ..browse.filters import page_size
 from ..core import InvalidInput
-from ..tasks import decode_cursor, encode_cursor
-from ..tasks.beat import beat_entries, set_beat_enabled
-from ..tasks.filters import page_size
 from .context import Guard, state
 from .forms import beat_action, filter_from, hours_param, reschedule_by, watch_ids
 

@@ -7,7 +7,7 @@ The page first shows a confirmation with the count (``POST /tasks/bulk`` without
 :data:`~.jobs.BACKGROUND_ROWS` rows (or one the preview cannot count quickly) runs in the
 background (:mod:`.jobs`): the POST answers at once with the job (``202`` and its status URL in
 the API; a redirect to its progress page on the page), and ``GET /api/tasks/bulk/jobs/{id}``
-tells its progress and outcome. The work is :mod:`delayq_transport.tasks.bulk`'s (shared with
+tells its progress and outcome. The work is :mod:`delayq_transport.browse.bulk`'s (shared with
 ``delayq tasks cancel``); CSRF and read-only are :func:`~.context.guarded`'s.
 """
 
@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..browse import TaskFilter, bulk
 from ..core import InvalidInput
-from ..tasks import TaskFilter, bulk
 from .context import Guard, State, render, state
 from .forms import filter_from
 from .jobs import BACKGROUND_ROWS, BulkJob

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..browse import Timeline
 from ..core.queue import from_ms
-from ..tasks import Timeline
 
 WIDTH, HEIGHT = 960, 220
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 18, 34

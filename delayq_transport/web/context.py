@@ -18,12 +18,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 
+from ..browse import TaskInFlight, TaskNotFound, TaskService
+from ..browse.deadletters import DeadLetterService
+from ..browse.failures import FailureService
+from ..browse.outcomes import Outcome, ResultBackend, task_result_outcome
 from ..core import InvalidInput
 from ..core.queue import DelayedQueue
-from ..tasks import TaskInFlight, TaskNotFound, TaskService
-from ..tasks.deadletters import DeadLetterService
-from ..tasks.failures import FailureService
-from ..tasks.outcomes import Outcome, ResultBackend, task_result_outcome
 from .jobs import BulkJobs
 from .security import WebConfig, csrf_ok
 

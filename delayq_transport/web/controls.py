@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..browse.controls import QueueControls, limit_changes
 from ..core import InvalidInput
-from ..tasks.controls import QueueControls, limit_changes
 from .context import Guard, render, state
 
 

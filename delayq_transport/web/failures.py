@@ -11,10 +11,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..browse import TaskFilter, decode_cursor, encode_cursor
+from ..browse.failures import Done
+from ..browse.filters import page_size
 from ..core import InvalidInput
-from ..tasks import TaskFilter, decode_cursor, encode_cursor
-from ..tasks.failures import Done
-from ..tasks.filters import page_size
 from .context import Guard, render, state
 
 #: The page's two lists.

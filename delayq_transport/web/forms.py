@@ -7,8 +7,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ..browse import TaskFilter, parse_duration, parse_when
 from ..core import InvalidInput
-from ..tasks import TaskFilter, parse_duration, parse_when
 from .context import State
 
 

@@ -6,7 +6,7 @@ cancel ~20 µs a row: 0.7 s for a 10-minute bar of 35,000 rows at 5M rows, ~20 s
 Above :data:`BACKGROUND_ROWS` the POST starts a :class:`BulkJob` in a thread of the ``delayq
 web`` process and answers at once with its id; the page then polls
 ``GET /api/tasks/bulk/jobs/{id}`` (memory only, no database) and shows the progress and the
-outcome. The work itself is :mod:`delayq_transport.tasks.bulk`'s, in batches each its own short
+outcome. The work itself is :mod:`delayq_transport.browse.bulk`'s, in batches each its own short
 transaction, as for a small selection.
 
 Jobs live in the process' memory only: a restart of ``delayq web`` forgets them, and one
@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..browse import TaskNotFound
+from ..browse.bulk import BulkResult
 from ..core import DelayqError, InvalidInput
-from ..tasks import TaskNotFound
-from ..tasks.bulk import BulkResult
 
 log = logging.getLogger(__name__)
 

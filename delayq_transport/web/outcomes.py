@@ -12,10 +12,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..browse import TaskNotFound, decode_cursor, encode_cursor
+from ..browse.deadletters import DeadLetterPage
+from ..browse.filters import page_size
 from ..core import InvalidInput
-from ..tasks import TaskNotFound, decode_cursor, encode_cursor
-from ..tasks.deadletters import DeadLetterPage
-from ..tasks.filters import page_size
 from .context import Guard, outcome_of, render, state
 
 

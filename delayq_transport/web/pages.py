@@ -8,9 +8,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from ..tasks import TaskNotFound, decode_cursor, encode_cursor
-from ..tasks.beat import beat_entries, set_beat_enabled
-from ..tasks.filters import STATES, page_size
+from ..browse import TaskNotFound, decode_cursor, encode_cursor
+from ..browse.beat import beat_entries, set_beat_enabled
+from ..browse.filters import STATES, page_size
 from . import chart
 from .context import Guard, outcome_of, render, state
 from .forms import beat_action, filter_from, hours_param, reschedule_by, watch_ids

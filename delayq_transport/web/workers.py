@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..browse.service import iso
 from ..core.integrations import DEFAULT_BINDING_TTL_S
 from ..core.queue import LEASES_CAP, DelayedQueue, queues_seen, workers
 from ..formats.celery import queue_of_kind
-from ..tasks.service import iso
 from .context import Guard, render, state
 
 #: A queue whose consumers' heartbeat is older than this is shown as not consumed.

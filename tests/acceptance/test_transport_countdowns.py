@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from delayq_transport import Offer
-from delayq_transport.transport.message import encode, task_message
+from delayq_transport.formats.celery import encode, task_message
 
 from .celery_app import mark
 from .conftest import executions, in_flight, wait_until

@@ -31,7 +31,7 @@ from kombu.asynchronous.hub import Hub
 
 from delayq_transport import DelayedQueue
 from delayq_transport.core.db.queries import notify_channel
-from delayq_transport.transport import message as msg
+from delayq_transport.formats import celery as msg
 
 from .conftest import executions, nodename, wait_until
 

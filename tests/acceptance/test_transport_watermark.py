@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from delayq_transport.transport import message as msg
+from delayq_transport.formats import celery as msg
 
 from .test_transport_wakeups import (
     SLOW_POLL_S,

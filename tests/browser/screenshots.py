@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from delayq_transport import DelayedQueue  # noqa: E402
-from delayq_transport.transport.message import encode, kind_for, task_message  # noqa: E402
+from delayq_transport.formats.celery import encode, kind_for, task_message  # noqa: E402
 from delayq_transport.web.security import WebConfig  # noqa: E402
 from delayq_transport.web.server import BackgroundServer  # noqa: E402
 from tests.conftest import create_database, drop_database  # noqa: E402

@@ -18,7 +18,7 @@ from acceptance.test_dramatiq_worker import RUNS_DDL, DramatiqWorker, runs  # no
 from playwright.sync_api import expect
 
 from delayq_transport import DelayedQueue  # noqa: E402
-from delayq_transport.tasks.deadletters import DeadLetterService  # noqa: E402
+from delayq_transport.browse.deadletters import DeadLetterService  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REDIS_URL = "redis://127.0.0.1:6379/14"  # a database number no other test uses

@@ -97,8 +97,8 @@ def test_search_hatching_and_time_zones(database_url, producer, web, browser,
         conn.execute("ANALYZE delayed_queue")
     # Slices of two rows and no time budget: the search needs several requests, which the
     # page makes by itself.
-    monkeypatch.setattr("delayq_transport.tasks.service.SCAN_CHUNK", 2)
-    monkeypatch.setattr("delayq_transport.tasks.service.SEARCH_TIME_BUDGET_S", 0.0)
+    monkeypatch.setattr("delayq_transport.browse.service.SCAN_CHUNK", 2)
+    monkeypatch.setattr("delayq_transport.browse.service.SEARCH_TIME_BUDGET_S", 0.0)
     server = web()
     context = browser.new_context(timezone_id="Asia/Kolkata", viewport={"width": 1280,
                                                                         "height": 900})
@@ -133,7 +133,7 @@ def test_a_large_bulk_action_shows_its_progress_then_its_outcome(database_url, p
     """Above the threshold the confirmation opens the job's page, which follows the action
     (polling its status) from the first batch to the outcome."""
     monkeypatch.setattr("delayq_transport.web.bulk.BACKGROUND_ROWS", 3)
-    monkeypatch.setattr("delayq_transport.tasks.bulk.BATCH", 2)  # 8 tasks: four batches
+    monkeypatch.setattr("delayq_transport.browse.bulk.BATCH", 2)  # 8 tasks: four batches
     for i in range(8):
         mark.apply_async((f"many-{i}",), countdown=3600 + i)
     server = web()

@@ -145,8 +145,8 @@ def test_beat_list_shows_the_admins_entries_with_their_fields(app: Celery,
     schedule of its row (the ledger keeps neither), and beat_schedule's entries stay config."""
     from click.testing import CliRunner
 
+    from delayq_transport.browse.beat import beat_entries
     from delayq_transport.cli import main
-    from delayq_transport.tasks.beat import beat_entries
 
     app.conf.beat_schedule = {"local": {"task": "shop.local", "schedule": 60.0}}
     PeriodicTask.objects.create(name="pulse", task="shop.tick", args="[1]", **every(10))

@@ -16,7 +16,7 @@ from test_beat_installer import T0, Clock  # beat's tests' injected clock
 from delayq_beat import BeatStore, Installer, Settings, drop_misfired, make_spec
 from delayq_transport import DelayedQueue
 from delayq_transport.core.queue import from_ms, to_ms
-from delayq_transport.transport import message
+from delayq_transport.formats import celery as message
 
 MINUTE = timedelta(minutes=1)
 #: Every beat is down from T0 (horizon: ten minutes, T0+1m..T0+10m) to here.

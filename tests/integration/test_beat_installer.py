@@ -19,7 +19,7 @@ from delayq_beat.installer import Route, default_route, occurrence_task_id
 from delayq_transport import DelayedQueue
 from delayq_transport.core.integrations import parse_cron_key
 from delayq_transport.core.queue import to_ms
-from delayq_transport.transport import message
+from delayq_transport.formats import celery as message
 
 UTC_ZONE = ZoneInfo("UTC")
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from delayq_beat import Scheduler
 from delayq_transport.cli import main
 from delayq_transport.core.queue import from_ms
-from delayq_transport.transport import message
+from delayq_transport.formats import celery as message
 
 
 @pytest.fixture

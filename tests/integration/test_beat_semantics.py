@@ -17,8 +17,8 @@ from test_beat_installer import T0, Clock  # beat's tests' injected clock
 from delayq_beat import BeatStore, Installer, Settings, make_spec
 from delayq_transport import DelayedQueue
 from delayq_transport.core.queue import from_ms, to_ms
+from delayq_transport.formats import celery as message
 from delayq_transport.scheduling.schedules import Clocked
-from delayq_transport.transport import message
 
 UTC = ZoneInfo("UTC")
 NY = ZoneInfo("America/New_York")

@@ -18,7 +18,7 @@ from conftest import create_database, drop_database
 from delayq_transport import DelayedQueue
 from delayq_transport.cli import main
 from delayq_transport.cli.errors import EXIT_NO_SCHEMA, EXIT_UNAVAILABLE
-from delayq_transport.transport.message import encode, kind_for, task_message
+from delayq_transport.formats.celery import encode, kind_for, task_message
 
 #: Every command that reads (``--serve`` and ``web`` refuse before they serve).
 READ_ONLY = [

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from dramatiq import Message
 
-from delayq_transport.core.queue import DelayedQueue, partitions
+from delayq_transport.core.queue import DelayedQueue, dead_letters
 from delayq_transport.dramatiq.broker import DelayqBroker
 from delayq_transport.transport.backend import Backend
 
@@ -70,7 +70,7 @@ def test_consumer_statements_skip_the_flush_and_durable_publishes_wait(
     assert len(got) == 6 and check("acquire") == "delayq-relaxed"
     assert q.extend_lease([got[0].lock]) == 6 and check("extend_lease") == "delayq-relaxed"
     assert q.release(got[:1]) == 1 and check("release") == "delayq-relaxed"
-    assert partitions.dead_letter(q, got[1:2], "dead", 60) == 1
+    assert dead_letters.dead_letter(q, got[1:2], "dead", 60) == 1
     assert check("dead_letter") == "delayq-relaxed"
     assert q.ack_many(got[2:4]) == 2 and check("ack_many") == "delayq-relaxed"
     assert q.ack(got[4]) == 1 and check("ack") == "delayq-relaxed"

@@ -15,8 +15,8 @@ import pytest
 from _workers import snapshot, wait_until
 
 from delayq_transport import DelayedQueue, InvalidInput, Offer
+from delayq_transport.browse.controls import QueueControls
 from delayq_transport.formats import queues
-from delayq_transport.tasks.controls import QueueControls
 
 T0 = datetime(2031, 1, 1, tzinfo=UTC)
 

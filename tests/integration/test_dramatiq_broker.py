@@ -9,9 +9,9 @@ import dramatiq  # noqa: E402
 import pytest
 from dramatiq.message import Message  # noqa: E402
 
-from delayq_transport.core.queue import partitions  # noqa: E402
+from delayq_transport.core.queue import dead_letters  # noqa: E402
 from delayq_transport.dramatiq import DelayqBroker, decode_dramatiq  # noqa: E402
-from delayq_transport.dramatiq.names import queue_of_kind  # noqa: E402
+from delayq_transport.formats.dramatiq import queue_of_kind  # noqa: E402
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def test_a_delayed_message_is_a_row_due_at_its_eta_and_is_never_delivered_early(
     # connection) and a 100 ms wait: a busy box spent it, and the due message came back.
     sent = broker.enqueue(_message(1), delay=2000)
     assert sent.queue_name == "q.DQ" and "eta" in sent.options
-    row = partitions.list_kinds(broker.queue, ["dramatiq:q"])[0]
+    row = dead_letters.list_kinds(broker.queue, ["dramatiq:q"])[0]
     assert row.scheduled_at_ms == sent.options["eta"]
     consumer = broker.consume("q", prefetch=4, timeout=100)
     assert next(consumer) is None  # not due: nothing reaches the worker
@@ -73,7 +73,7 @@ def test_nack_moves_the_row_to_dead_letters_which_expire_after_their_retention(
         short.enqueue(_message("waiting"), delay=3_600_000)
         env = short.queue.with_kind("dramatiq:q").try_poll()
         assert env is not None
-        assert partitions.dead_letter(short.queue, [env], short.dead_letter_kind("q"),
+        assert dead_letters.dead_letter(short.queue, [env], short.dead_letter_kind("q"),
                                       short.dead_message_ttl_s) == 1
         assert short.stats("q") == {"messages": 1, "dead_letters": 2}
         assert short.expire_dead_letters() == 1
@@ -89,10 +89,10 @@ def test_dead_letter_and_ack_only_touch_rows_still_held_under_their_lock(
     broker.enqueue(_message(1))
     env = broker.queue.with_kind("dramatiq:q").try_poll()
     assert env is not None
-    moved = partitions.dead_letter(broker.queue, [(env.id, "not-the-lock")], "dramatiq:q.XQ", 60)
+    moved = dead_letters.dead_letter(broker.queue, [(env.id, "not-the-lock")], "dramatiq:q.XQ", 60)
     assert moved == 0
-    assert partitions.dead_letter(broker.queue, [env], "dramatiq:q.XQ", 0) == 1
-    assert partitions.expire(broker.queue, ["dramatiq:q.XQ"]) == 1
+    assert dead_letters.dead_letter(broker.queue, [env], "dramatiq:q.XQ", 0) == 1
+    assert dead_letters.expire(broker.queue, ["dramatiq:q.XQ"]) == 1
 
 
 def test_join_waits_for_in_flight_rows_and_times_out(broker: DelayqBroker) -> None:
@@ -137,7 +137,7 @@ def test_periodic_entries_live_in_their_own_ledger_next_to_celery_beat(
     report_ = scheduler.refresh()
     assert report_.installed["dramatiq:t-report"] >= 3 and not report_.errors
     times = [m.scheduled_at for m in
-             partitions.list_kinds(broker.queue, ["dramatiq:q"])]
+             dead_letters.list_kinds(broker.queue, ["dramatiq:q"])]
     assert times and all((t.hour, t.minute) in ((6, 30), (5, 30)) for t in times)  # 07:30 Paris
     # A Celery beat on the same table, with no entries, uninstalls nothing of Dramatiq's.
     celery_store = BeatStore(broker.db, broker.table)
@@ -145,12 +145,12 @@ def test_periodic_entries_live_in_their_own_ledger_next_to_celery_beat(
     assert celery_store.installed() == []
     ledger = DramatiqLedger(broker.db, broker.table)
     assert [i.name for i in ledger.installed()] == ["dramatiq:t-report"]
-    assert partitions.count_all(broker.queue, ["dramatiq:q"]) == len(times)
+    assert dead_letters.count_all(broker.queue, ["dramatiq:q"]) == len(times)
     # Removing the entry uninstalls its occurrences at the next refresh of a scheduler
     # restarted without it (the old one stopped: a configuration alive stays in force).
     scheduler.stop()
     PeriodicScheduler(broker, entries={}).refresh()
-    assert partitions.count_all(broker.queue, ["dramatiq:q"]) == 0
+    assert dead_letters.count_all(broker.queue, ["dramatiq:q"]) == 0
 
 
 def _registry_entry():  # type: ignore[no-untyped-def]
@@ -164,7 +164,7 @@ def test_delayq_tasks_lists_shows_and_reschedules_dramatiq_rows(broker: DelayqBr
     the Dramatiq package provides; rescheduling moves the row and the message's eta."""
     from datetime import UTC, datetime, timedelta
 
-    from delayq_transport.tasks import TaskFilter, TaskService
+    from delayq_transport.browse import TaskFilter, TaskService
 
     sent = broker.enqueue(Message(queue_name="q", actor_name="remind", args=(42,),
                                   kwargs={"who": "ann"}, options={}), delay=3_600_000)
@@ -178,5 +178,6 @@ def test_delayq_tasks_lists_shows_and_reschedules_dramatiq_rows(broker: DelayqBr
     svc.reschedule(view.row.id, at)
     [moved] = svc.list_page(TaskFilter(task="remind")).items
     assert moved.eta_ms == int(at.timestamp() * 1000)
-    stored = decode_dramatiq(bytes(partitions.list_kinds(broker.queue, ["dramatiq:q"])[0].payload))
+    [row] = dead_letters.list_kinds(broker.queue, ["dramatiq:q"])
+    stored = decode_dramatiq(bytes(row.payload))
     assert stored is not None and stored["eta_ms"] == int(at.timestamp() * 1000)

@@ -1,4 +1,4 @@
-"""Failed and retrying tasks (delayq_transport/tasks/failures.py), for every front end, in one
+"""Failed and retrying tasks (delayq_transport/browse/failures.py), for every front end, in one
 list and through one retry and one discard: django.tasks results recorded as its worker records
 them (core TaskResults, the row leased, then acked or released), Dramatiq dead letters made by
 the broker's own nack, Celery retries as a Celery worker republishes them (the ``retries``
@@ -21,11 +21,11 @@ from _dead_letters import dead_letters
 from click.testing import CliRunner
 
 from delayq_transport import DelayedQueue
+from delayq_transport.browse import TaskFilter, TaskInFlight, TaskNotFound
+from delayq_transport.browse.failures import FailureService
 from delayq_transport.cli import main
 from delayq_transport.core import InvalidInput, LostAttempt, TaskResults
 from delayq_transport.formats.celery import encode, kind_for, task_message
-from delayq_transport.tasks import TaskFilter, TaskInFlight, TaskNotFound
-from delayq_transport.tasks.failures import FailureService
 
 #: An attempt begun by hand, as a worker begins one.
 STARTED: dict[str, Any] = {
@@ -260,7 +260,7 @@ def test_a_page_of_failures_skips_what_filters_reject_and_continues(
         queue: DelayedQueue, svc: FailureService, monkeypatch: pytest.MonkeyPatch) -> None:
     """The walk of the failed results is bounded: a filter that rejects what it walked gives
     a page with a cursor where the walk stopped, and the next page continues from there."""
-    from delayq_transport.tasks import failures
+    from delayq_transport.browse import failures
 
     monkeypatch.setattr(failures, "WALK_BUDGET", 3)
     for i in range(5):

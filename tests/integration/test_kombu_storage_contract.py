@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from delayq_transport.core import InvalidInput
-from delayq_transport.transport import message as msg
+from delayq_transport.formats import celery as msg
 
 pytestmark = pytest.mark.timeout(60)
 pytest_plugins = ("_kombu_env",)

@@ -17,10 +17,10 @@ from delayq_transport.django.periodic import TaskDelivery, misfired_occurrences
 from delayq_transport.dramatiq import DelayqBroker
 from delayq_transport.dramatiq.consumer import misfired_periodic
 from delayq_transport.dramatiq.periodic import DramatiqDelivery
+from delayq_transport.formats.celery import encode, task_message
 from delayq_transport.scheduling.entries import EntrySpec, entry_hash, make_spec
 from delayq_transport.scheduling.plans import Delivery, Occurrence
 from delayq_transport.transport.channel import misfired_beats
-from delayq_transport.transport.message import encode, task_message
 
 MINUTE = timedelta(minutes=1)
 Predicate = Callable[[list[Envelope]], list[Envelope]]

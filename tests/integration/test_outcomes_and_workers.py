@@ -20,11 +20,11 @@ with warnings.catch_warnings():
 from dramatiq.message import Message  # noqa: E402
 
 from delayq_transport import DelayedQueue  # noqa: E402
+from delayq_transport.browse import TaskNotFound  # noqa: E402
+from delayq_transport.browse.deadletters import DeadLetterService  # noqa: E402
 from delayq_transport.core.integrations import Bindings  # noqa: E402
 from delayq_transport.core.queue import leases  # noqa: E402
 from delayq_transport.dramatiq import DelayqBroker  # noqa: E402
-from delayq_transport.tasks import TaskNotFound  # noqa: E402
-from delayq_transport.tasks.deadletters import DeadLetterService  # noqa: E402
 from delayq_transport.web.app import create_app  # noqa: E402
 from delayq_transport.web.security import WebConfig  # noqa: E402
 

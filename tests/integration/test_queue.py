@@ -16,7 +16,7 @@ from _workers import FakeClock, wait_until
 from delayq_transport import Database, DelayedQueue, Offer, OfferOutcome
 from delayq_transport.core.db.queries import Queries
 from delayq_transport.core.queue import to_ms
-from delayq_transport.transport.message import kinds_for
+from delayq_transport.formats.celery import kinds_for
 
 CREATED, UPDATED, IGNORED = OfferOutcome.CREATED, OfferOutcome.UPDATED, OfferOutcome.IGNORED
 LEASE_S = 30.0

@@ -33,14 +33,14 @@ from starlette.testclient import TestClient
 
 from delayq_beat.store import BeatStore, InstalledEntry
 from delayq_transport import Database, DelayedQueue
+from delayq_transport.browse import TaskFilter, TaskService, bulk
+from delayq_transport.browse.deadletters import DeadLetterService
 from delayq_transport.core.db.queries import NOT_PER_TABLE, Queries, raw_queries
 from delayq_transport.core.inspect import MAX_MS, Inspector
 from delayq_transport.core.integrations import CronService
-from delayq_transport.core.queue import leases, partitions
+from delayq_transport.core.queue import dead_letters, leases
 from delayq_transport.core.queue.timeutil import from_ms
 from delayq_transport.metrics.collector import DelayqCollector
-from delayq_transport.tasks import TaskFilter, TaskService, bulk
-from delayq_transport.tasks.deadletters import DeadLetterService
 from delayq_transport.web.app import create_app
 from delayq_transport.web.security import WebConfig
 
@@ -255,7 +255,7 @@ def test_every_web_page_and_api_call_reads_on_an_index(
     queue, watch = watched
     now = big[1]
     client = TestClient(create_app(queue, WebConfig()), base_url="http://127.0.0.1:8377")
-    dead_id = partitions.dead_letters_page(queue, [DEAD], (MAX_MS, MAX_MS), 1)[0][0]
+    dead_id = dead_letters.dead_letters_page(queue, [DEAD], (MAX_MS, MAX_MS), 1)[0][0]
     calls = [re.sub(r"eta_(after|before)=(\d+)", lambda m: f"eta_{m[1]}={iso_ms(int(m[2]))}",
                     c) for c in web_calls(now)] + [f"/dead-letters/{dead_id}"]
     watch.take()

@@ -24,6 +24,7 @@ from pyspark.sql import types as T  # noqa: E402
 
 from delayq_transport import DelayedQueue  # noqa: E402
 from delayq_transport.core import DatabaseUnavailable, InvalidInput  # noqa: E402
+from delayq_transport.formats import celery as message  # noqa: E402
 from delayq_transport.spark import (  # noqa: E402
     PastEta,
     _partition_failure,
@@ -37,7 +38,6 @@ from delayq_transport.spark import (  # noqa: E402
     schedule_tasks,
     uuid5,
 )
-from delayq_transport.transport import message  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

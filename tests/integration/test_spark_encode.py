@@ -16,11 +16,11 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from delayq_transport import DelayedQueue  # noqa: E402
+from delayq_transport.formats import celery as message  # noqa: E402
 from delayq_transport.spark import schedule_tasks  # noqa: E402
 from delayq_transport.spark import write as W  # noqa: E402
 from delayq_transport.spark.encode import jvm_capable, jvm_ok  # noqa: E402
 from delayq_transport.spark.rows import Plan, slow_record  # noqa: E402
-from delayq_transport.transport import message  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from delayq_transport import DelayedQueue
-from delayq_transport.cli import main
-from delayq_transport.core import InvalidInput
-from delayq_transport.tasks import (
+from delayq_transport.browse import (
     DecodedMessage,
     Decoder,
     TaskFilter,
@@ -22,9 +20,11 @@ from delayq_transport.tasks import (
     decode,
     register_decoder,
 )
-from delayq_transport.tasks import decoders as decoders_module
-from delayq_transport.transport.message import decode as decode_message
-from delayq_transport.transport.message import encode, kind_for, task_message
+from delayq_transport.cli import main
+from delayq_transport.core import InvalidInput
+from delayq_transport.formats import decoders as decoders_module
+from delayq_transport.formats.celery import decode as decode_message
+from delayq_transport.formats.celery import encode, kind_for, task_message
 
 T0 = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 
@@ -135,7 +135,7 @@ def test_reschedule_after_expiry_warns(svc: TaskService) -> None:
 
 
 def test_bounded_scan_reports_partial_and_continues(svc: TaskService, monkeypatch) -> None:
-    from delayq_transport.tasks import service
+    from delayq_transport.browse import service
 
     monkeypatch.setattr(service, "SCAN_LIMIT", 40)
     monkeypatch.setattr(service, "SCAN_CHUNK", 20)
@@ -161,7 +161,7 @@ def test_input_validation() -> None:
         TaskFilter.parse(eta_after="tomorrow")
     with pytest.raises(InvalidInput):
         TaskFilter.parse(text="x" * 500)
-    from delayq_transport.tasks import decode_cursor, parse_duration
+    from delayq_transport.browse import decode_cursor, parse_duration
 
     with pytest.raises(InvalidInput):
         decode_cursor("not-a-cursor!")

@@ -17,7 +17,7 @@ with warnings.catch_warnings():  # starlette 1.x nudges toward httpx2; httpx wor
 
 from delayq_transport import DelayedQueue
 from delayq_transport.cli import main
-from delayq_transport.transport.message import encode, task_message
+from delayq_transport.formats.celery import encode, task_message
 from delayq_transport.web.app import create_app
 from delayq_transport.web.security import ConfigError, WebConfig
 

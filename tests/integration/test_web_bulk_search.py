@@ -19,11 +19,11 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from delayq_transport import DelayedQueue
+from delayq_transport.browse import TaskFilter, TaskService, bulk
+from delayq_transport.browse.rates import RateWindows
 from delayq_transport.cli import main
 from delayq_transport.core.inspect import search
-from delayq_transport.tasks import TaskFilter, TaskService, bulk
-from delayq_transport.tasks.rates import RateWindows
-from delayq_transport.transport.message import decode, encode, task_message
+from delayq_transport.formats.celery import decode, encode, task_message
 from delayq_transport.web.app import create_app
 from delayq_transport.web.security import WebConfig
 
@@ -118,8 +118,8 @@ def test_search_goes_on_until_found_or_the_end(dq: DelayedQueue, monkeypatch) ->
     dq.offer("needle", encode(task_message("billing.remind", [{"email": "Needle@Example.com"}],
                                            {}, task_id="needle")), far)
     svc = TaskService(dq)
-    monkeypatch.setattr("delayq_transport.tasks.service.SCAN_CHUNK", 4)
-    monkeypatch.setattr("delayq_transport.tasks.service.SEARCH_TIME_BUDGET_S", 0.0)
+    monkeypatch.setattr("delayq_transport.browse.service.SCAN_CHUNK", 4)
+    monkeypatch.setattr("delayq_transport.browse.service.SEARCH_TIME_BUDGET_S", 0.0)
     page = svc.list_page(TaskFilter(text="needle@example"), None, 10)
     assert page.partial and not page.items and page.searched_to  # one slice, then progress
     c = client(dq)
@@ -130,14 +130,14 @@ def test_search_goes_on_until_found_or_the_end(dq: DelayedQueue, monkeypatch) ->
         page = svc.list_page(TaskFilter(text="needle@example"), cursor, 10)
         cursor = page.next_cursor
     assert [v.row.key for v in page.items] == ["needle"]
-    monkeypatch.setattr("delayq_transport.tasks.service.SEARCH_TIME_BUDGET_S", 5.0)
+    monkeypatch.setattr("delayq_transport.browse.service.SEARCH_TIME_BUDGET_S", 5.0)
     none = svc.list_page(TaskFilter(text="no such thing"), None, 10)
     assert none.items == [] and none.next_cursor is None and not none.partial
     assert 'id="no-match"' in c.get("/tasks", params={"q": "no such thing"}).text
 
     search.create_index(dq)  # opt-in: answered from the trigram index
     assert search.index_ready(dq)
-    monkeypatch.setattr("delayq_transport.tasks.service.SEARCH_TIME_BUDGET_S", 0.0)
+    monkeypatch.setattr("delayq_transport.browse.service.SEARCH_TIME_BUDGET_S", 0.0)
     found = svc.list_page(TaskFilter(text="needle@example"), None, 10)
     assert found.indexed and [v.row.key for v in found.items] == ["needle"]
     assert svc.list_page(TaskFilter(text="USER-11"), None, 10).items[0].row.key == "t11"

@@ -89,7 +89,7 @@ MUTATIONS: list[Mutation] = [
          "test_cli_list_shows_next_occurrences_with_install_time"],
         "`delayq beat list` shows when an occurrence was installed in place of its time"),
     Mutation(
-        "reschedule-in-ignores-delay", "5", "delayq_transport/tasks/service.py",
+        "reschedule-in-ignores-delay", "5", "delayq_transport/browse/service.py",
         "        return self.reschedule(ident, from_ms(self.inspector.now_ms()) + delay)",
         "        return self.reschedule(ident, from_ms(self.inspector.now_ms()))",
         ["tests/integration/test_tasks.py::test_cli_list_show_cancel_reschedule"],

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from delayq_transport.core.queue import DelayedQueue, StoredMessage, partitions
+from delayq_transport.core.queue import DelayedQueue, StoredMessage, dead_letters
 
 from .clusters import Cluster, wait_for
 
@@ -103,7 +103,7 @@ def _run(server: Cluster) -> None:
 
 def _rows(q: DelayedQueue) -> list[StoredMessage]:
     """Every row of the kind, read once after recovery."""
-    return partitions.list_kinds(q, ["k"], limit=10 * PUBLISHED)
+    return dead_letters.list_kinds(q, ["k"], limit=10 * PUBLISHED)
 
 
 def _drain(q: DelayedQueue, expected: int) -> list[str]:

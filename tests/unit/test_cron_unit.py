@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from delayq_transport import DailySchedule, InvalidInput
 from delayq_transport.core.integrations.cron import config_hash, like_escape, periodic_times
 from delayq_transport.core.queue import duration_ms, from_ms, to_ms
-from delayq_transport.transport.message import (
+from delayq_transport.formats.celery import (
     PRIORITY_SEP,
     kind_for,
     kinds_for,

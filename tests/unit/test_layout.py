@@ -119,7 +119,7 @@ LAYERS: dict[str, int] = {
     "formats": 2,       # how Celery and Dramatiq messages sit in rows (kombu's JSON at most)
     "scheduling": 3,    # the scheduling engine under Celery beat and Dramatiq's periodic actors
     "output": 2,        # how commands print: tables whole off a terminal, --json (no delayq)
-    "tasks": 4,         # the operator service under both operator front ends (CLI, web page)
+    "browse": 4,        # the operator service under both operator front ends (CLI, web page)
     "commands": 4,      # the registry the command modules of every package join
     **dict.fromkeys(("transport", "dramatiq", "delayq_beat", "spark", "web", "metrics",
                     "django", "move"), 5),
@@ -494,7 +494,7 @@ PUBLIC = [
                           "SchemaMissing", "transaction", "TransactionRefused"]),
     ("delayq_transport.transport", ["Transport"]),
     ("delayq_transport.django", ["broker_url", "database_url"]),
-    ("delayq_transport.transport.message", ["kind_for", "queue_of_kind"]),
+    ("delayq_transport.formats.celery", ["kind_for", "queue_of_kind"]),
     ("delayq_transport.cli", ["main"]),
     ("delayq_beat", ["Scheduler", "BeatStore", "drop_misfired"]),
 ]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from delayq_transport.core import InvalidInput
-from delayq_transport.transport import message as m
+from delayq_transport.formats import celery as m
 
 
 def test_encoder_matches_task_message():

@@ -1,4 +1,4 @@
-"""The option registries' checks (core/queue/optionspec.py), as the ``django.tasks`` backend's
+"""The option registries' checks (core/queue/options.py), as the ``django.tasks`` backend's
 OPTIONS use them: a value is taken as given or refused with an error naming the option, the
 value and what it expects; nothing is converted but an int of seconds widened to a float."""
 

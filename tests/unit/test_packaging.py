@@ -21,7 +21,7 @@ EXTRA_OF_FOLDER = {"web": "web", "spark": "spark", "dramatiq": "dramatiq", "djan
 #: Modules of those folders that every install imports (``delayq --help`` lists their commands,
 #: the CLI decodes rows with them): base dependencies only at module level.
 LOADED_BY_EVERY_INSTALL = {"web/cli.py", "web/__init__.py", "spark/cli.py", "spark/__init__.py",
-                           "dramatiq/__init__.py", "dramatiq/names.py", "dramatiq/ledger.py"}
+                           "dramatiq/__init__.py", "formats/dramatiq.py", "dramatiq/ledger.py"}
 
 
 def _name(requirement: str) -> str:

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from delayq_transport.browse import TaskFilter, Timeline, decode_cursor, encode_cursor
+from delayq_transport.browse.service import _literal_parts
 from delayq_transport.core import InvalidInput
 from delayq_transport.core.inspect.inspector import TableStats
-from delayq_transport.tasks import TaskFilter, Timeline, decode_cursor, encode_cursor
-from delayq_transport.tasks.service import _literal_parts
 from delayq_transport.web import chart
 from delayq_transport.web.security import WebConfig, is_loopback
 

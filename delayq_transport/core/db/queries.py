@@ -38,7 +38,7 @@ _BLOCK_RE = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 #: psycopg 3's binary placeholder, which psycopg2 and client-side binding do not know.
 _BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)b")
 
-#: The comment on every table ``delayq demo`` created (core/ledgers/runlog.py): only a table
+#: The comment on every table ``delayq demo`` created (core/ledgers/demo_tables.py): only a table
 #: carrying it is the demo's own.
 DEMO_MARK = "created by `delayq demo`; `delayq --table delayq_demo uninstall` lists what it made"
 
@@ -101,7 +101,7 @@ def control_table_names(table: str) -> dict[str, str]:
 
 
 def demo_log_name(table: str) -> str:
-    """The run log ``delayq demo`` keeps next to its queue table (core/ledgers/runlog.py)."""
+    """The run log ``delayq demo`` keeps next to its queue table (core/ledgers/demo_tables.py)."""
     return f"{table}__log"
 
 

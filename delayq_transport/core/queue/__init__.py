@@ -7,8 +7,8 @@ or a delivery goes through.
   (``delayq move-from``'s offers recorded once), :mod:`.announce` (wake-ups after the commit).
 * Consuming: :mod:`.session` (the one consumer session under kombu's channel and Dramatiq's
   consumer), :mod:`.listen` (LISTEN), :mod:`.watermark` (where a poll starts), :mod:`.leases`
-  (who holds what), :mod:`.partitions` (dead letters and kept kinds), :mod:`.counts`.
-* What crosses its API: :mod:`.types`, :mod:`.validate`, :mod:`.timeutil`, :mod:`.optionspec`
+  (who holds what), :mod:`.dead_letters` (dead letters and kept kinds), :mod:`.counts`.
+* What crosses its API: :mod:`.types`, :mod:`.validate`, :mod:`.timeutil`, :mod:`.options`
   (the adapters' declared settings), :mod:`.handle` (a queue as helper modules see it).
 
 Its statements are ``queue.sql``. It stands on :mod:`..db` and checks :mod:`..schema` when it
@@ -29,24 +29,7 @@ from .controls import (
     set_control,
 )
 from .counts import AT_LEAST, COUNT_CAP, ESTIMATE, kind_row_estimates, past_the_cap
-from .delayed_queue import DelayedQueue
-from .joined import Joined, current, detached, set_implicit, transaction
-from .leases import LEASES_CAP, queues_seen, workers
-from .listen import Listener
-from .once import OnceOffer, OnceOutcome
-from .optionspec import (
-    IS_FLAG,
-    IS_MAPPING,
-    IS_NAME,
-    IS_TABLE,
-    Check,
-    Option,
-    Options,
-    optional,
-    seconds,
-    whole,
-)
-from .partitions import (
+from .dead_letters import (
     count_all,
     dead_letter,
     dead_letters_count,
@@ -57,6 +40,23 @@ from .partitions import (
     kinds_with_prefix,
     list_kinds,
     requeue_dead_letter,
+)
+from .delayed_queue import DelayedQueue
+from .joined import Joined, current, detached, set_implicit, transaction
+from .leases import LEASES_CAP, queues_seen, workers
+from .listen import Listener
+from .once import OnceOffer, OnceOutcome
+from .options import (
+    IS_FLAG,
+    IS_MAPPING,
+    IS_NAME,
+    IS_TABLE,
+    Check,
+    Option,
+    Options,
+    optional,
+    seconds,
+    whole,
 )
 from .publish_buffer import (
     DEFAULT_MAX_PENDING,

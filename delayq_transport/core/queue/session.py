@@ -15,7 +15,7 @@ Dramatiq broker). The session owns the machinery the front ends used to write tw
   the leases of everything held are extended every third of the lease by a thread of the
   session, so a long task keeps its lease whatever the worker's own loop is doing;
 * **settling**: acks are deleted in batches (every :data:`ACK_FLUSH_INTERVAL_S` or
-  ``batch_size`` acks); releases and dead letters (:mod:`.partitions`) at once;
+  ``batch_size`` acks); releases and dead letters (:mod:`.dead_letters`) at once;
 * the **misfire drop**: rows the front end's predicate says misfired (periodic occurrences
   that were due while no worker ran) are acked at the poll, never delivered;
 * **skew retry**: a due time that turns out not due yet (host and database clocks differ by a
@@ -44,7 +44,7 @@ from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..db.errors import DatabaseError, DatabaseUnavailable, ListenUndeliverable
-from . import partitions
+from . import dead_letters
 from .controls import CONTROL_NOTE
 from .listen import Listener
 from .types import Envelope
@@ -793,7 +793,7 @@ class Session:
         gone = sub._forget(by_key)
         if not gone:
             return 0
-        return partitions.dead_letter(cast("DelayedQueue", self.queue), gone, to_kind,
+        return dead_letters.dead_letter(cast("DelayedQueue", self.queue), gone, to_kind,
                                       retention_s, [by_key[k] for k in gone])
 
     def flush(self) -> None:

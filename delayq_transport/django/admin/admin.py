@@ -38,15 +38,15 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
+from ...browse import TaskFilter, TaskNotFound, TaskService, decode_cursor, encode_cursor
+from ...browse.beat import beat_entries, set_beat_enabled
+from ...browse.controls import QueueControls, limit_changes
+from ...browse.deadletters import DeadLetterService
+from ...browse.failures import FailureService, exception_of
+from ...browse.filters import STATES
+from ...browse.service import iso, kept_kind
 from ...core import DelayedQueue, DelayqError, TaskResults
 from ...formats.django_tasks import KIND_PREFIX, result_truth
-from ...tasks import TaskFilter, TaskNotFound, TaskService, decode_cursor, encode_cursor
-from ...tasks.beat import beat_entries, set_beat_enabled
-from ...tasks.controls import QueueControls, limit_changes
-from ...tasks.deadletters import DeadLetterService
-from ...tasks.failures import FailureService, exception_of
-from ...tasks.filters import STATES
-from ...tasks.service import iso, kept_kind
 from ..target import target
 from .models import DeadLetter, PeriodicEntry, QueueControl, Result, Task
 

@@ -1,7 +1,7 @@
 """``manage.py delayq_health``: is delayq healthy? For monitoring: exit status 0 when every
 check passes, 1 when one fails (or the database cannot be reached), 2 for a usage error; one
 line per check, or ``--json`` (printed also when a check fails). The checks and their
-thresholds: :mod:`delayq_transport.tasks.health`."""
+thresholds: :mod:`delayq_transport.browse.health`."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from ....browse.health import Check, Limits, run_checks
+from ....browse.service import kept_kind
 from ....core import DatabaseUnavailable
 from ....formats.celery import kinds_for
 from ....formats.django_tasks import KIND_PREFIX
-from ....tasks.health import Check, Limits, run_checks
-from ....tasks.service import kept_kind
 from ...target import Target
 from ..base import TargetCommand
 

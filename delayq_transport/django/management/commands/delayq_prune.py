@@ -11,9 +11,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from ....browse import parse_duration
 from ....core import DatabaseUnavailable, DelayqError, TaskResults
 from ....formats.django_tasks import KIND_PREFIX
-from ....tasks import parse_duration
 from ..base import TargetCommand
 
 

@@ -36,7 +36,7 @@ from ..core.queue import (
 )
 from ..formats import celery, deadletters
 from ..formats import dramatiq as names
-from .decoders import HIDDEN, decode
+from ..formats.decoders import HIDDEN, decode
 from .service import TaskNotFound, iso
 
 #: Dead letters counted per queue at most (the page shows "10000+").

@@ -27,7 +27,7 @@ from typing import Any
 from ..core import InvalidInput
 from ..core.inspect import MAX_MS, MIN_MS, TaskRow
 from ..core.queue import from_ms, kind_row_estimates, to_ms
-from . import decoders
+from ..formats import decoders
 from .filters import TaskFilter, parse_duration, parse_when
 from .service import TaskService
 

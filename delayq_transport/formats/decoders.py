@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..formats import celery as celery_message
-from ..formats.django_tasks import decode_django_task, run_after_iso, with_run_after
-from ..formats.dramatiq import decode_dramatiq
+from . import celery as celery_message
+from .django_tasks import decode_django_task, run_after_iso, with_run_after
+from .dramatiq import decode_dramatiq
 
 HIDDEN = "(hidden)"
 

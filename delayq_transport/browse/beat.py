@@ -12,12 +12,11 @@ from typing import Any
 
 from ..core import InvalidInput, SchemaMissing
 from ..core.queue import DelayedQueue
-from ..formats import django_tasks, dramatiq
+from ..formats import decoders, django_tasks, dramatiq
 from ..formats.celery import queue_of_kind
 from ..scheduling.djbeat import listing_fields
 from ..scheduling.listing import LEDGERS, ListedEntry, list_entries
 from ..scheduling.store import EntryStore
-from . import decoders
 from .service import iso
 
 NEXT_SHOWN = 3

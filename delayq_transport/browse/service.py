@@ -33,11 +33,11 @@ from ..core.inspect import (
     plain_piece,
 )
 from ..core.queue import DelayedQueue, from_ms, kind_row_estimates, past_the_cap, to_ms
+from ..formats import decoders
 from ..formats.celery import kinds_for, queue_of_kind
 from ..formats.deadletters import is_dead_letter_kind
 from ..formats.django_tasks import KIND_PREFIX
 from ..formats.queues import kinds_of_queue
-from . import decoders
 from .filters import TaskFilter
 from .occurrences import OccurrenceFold
 from .rates import RateWindows

@@ -5,7 +5,7 @@ Message formats are pluggable (:func:`register_decoder`): Celery's is built in.
 
 from __future__ import annotations
 
-from .decoders import DecodedMessage, Decoder, decode, register_decoder
+from ..formats.decoders import DecodedMessage, Decoder, decode, register_decoder
 from .filters import TaskFilter, decode_cursor, encode_cursor, parse_duration, parse_when
 from .service import (
     ActionResult,

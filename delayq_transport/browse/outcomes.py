@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..core import DelayedQueue, InvalidInput, TaskResults
+from ..formats.decoders import HIDDEN
 from ..formats.django_tasks import KIND_PREFIX, result_truth
-from .decoders import HIDDEN
 
 #: Seconds a result-backend read may take before the page gives up on it.
 BACKEND_TIMEOUT_S = 2.0
