@@ -3,7 +3,7 @@
 A management command rather than a ``delayq`` sub-command: a worker must import the project's
 tasks, read its ``TASKS`` and ``DATABASES`` and use its ORM, which is what ``manage.py`` sets up
 (django-tasks' ``db_worker`` and ``celery -A proj worker`` start from the project the same way).
-See delayq_transport/django/worker.py for what a worker does.
+See delayq_transport/django/worker.py for what a worker does, supervisor.py for its processes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...backend import DelayqBackend, task_backends
-from ...worker import Worker, serve, supervise
+from ...supervisor import serve, supervise
+from ...worker import Worker
 
 
 class Command(BaseCommand):
