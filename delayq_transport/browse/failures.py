@@ -6,8 +6,8 @@ What "failed" means is what delayq keeps of a failure, per front end:
 * **django.tasks**: a result ``FAILED`` (it raised and no retry was left), in
   ``delayq_task_results`` until the retention prunes it; listed newest first from the partial
   index of the failed results (migration 19);
-* **Dramatiq and Celery**: a dead letter (formats/deadletters.py: a Dramatiq message after its
-  last retry, a Celery message rejected without requeue), kept its front end's retention;
+* **Dramatiq and Celery**: a dead letter (formats/deadletters.py: a Dramatiq message nacked
+  for good, a Celery message rejected without requeue), kept its front end's retention;
   a Celery task that failed and was acked is not delayq's: its outcome is what the app's
   result backend recorded (``delayq tasks show ID --result-backend URL`` reads it).
 

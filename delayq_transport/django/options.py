@@ -67,8 +67,8 @@ TASK_OPTIONS = Options(
            "How long a finished task's result stays readable (`get_result`); the workers "
            "delete older ones.", shown="604800.0 (7 days)"),
     option("DEAD_LETTER_RETENTION", DEAD_LETTER_RETENTION_S, seconds(),
-           "How long a row the worker cannot read as a task is kept as a dead letter (kind "
-           "`django.XQ`, [dead letters](../how-to/manage-tasks.md#dead-letters)).",
+           "How long a row the worker cannot read as a task is kept as a [dead letter]"
+           "(../how-to/manage-tasks.md#dead-letters).",
            shown="604800.0 (7 days)"),
     option("SCHEMA_WAIT", DEFAULT_SCHEMA_WAIT_S, seconds(),
            "How long `manage.py delayq_worker` waits for delayq's tables before it exits ([a "

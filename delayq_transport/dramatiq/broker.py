@@ -5,8 +5,8 @@ Features
 * Any delay (days, months): a delayed message is a row whose ``scheduledAt`` is its eta. A
   worker only ever receives due messages; nothing is prefetched into memory before it is due,
   and nothing is moved from a delay queue when it becomes due (no extra write, no duplicate).
-* Acks delete by (id, lock), in batches; nacks move the row to ``<queue>.XQ`` (dead letters,
-  kept ``dead_message_ttl`` ms, listable with :meth:`DelayqBroker.dead_letters_of`).
+* Acks delete by (id, lock), in batches; nacks move the row to ``dramatiq:<queue>.XQ`` (dead
+  letters, kept ``dead_message_ttl`` ms, listable with :meth:`DelayqBroker.dead_letters_of`).
 * A delivered message is leased (``acquire_timeout``), the lease is extended while the worker
   lives; a killed worker's messages come back when the lease lapses.
 * ``broker_priority`` (with ``max_priority``, as on RabbitMQ): higher is served first.
@@ -128,8 +128,8 @@ class DelayqBroker(Broker):
       max_priority: accept ``broker_priority`` 0..max_priority (at most 9); higher is served
         first, as on RabbitMQ. Each level is one more index scan per poll.
       durable_publish: True: a send returns once its row is flushed to disk. False: once
-        committed, before the flush (a PostgreSQL crash can lose the sends of its last
-        ~0.6 s). Acks and leases never wait for the flush (a crash can only redeliver).
+        committed, before the flush (what a crash can lose:
+        docs/explanation/delivery.md#durability-of-a-publish). Acks and leases never wait for it.
       publish_linger: seconds (at most 1, 0 = off) a send may wait in this process' buffer; a
         thread writes what gathered as one multi-row insert per queue. On, ``send`` returns
         before its row is written: a process killed meanwhile loses up to that long of sends,
@@ -146,7 +146,7 @@ class DelayqBroker(Broker):
         is missing; False skips the check.
       schema_wait: in a process the ``dramatiq`` command started, seconds to wait for
         delayq's tables before failing (docs/how-to/upgrade.md#a-worker-before-delayq-migrate);
-        0 fails at once, as a producer always does.
+        0 fails at once.
       pool_size: most connections of each of the process' two pools (opened on first use),
         plus one LISTEN connection per worker process.
       pooling: ``auto``, ``session`` or ``transaction``, as the Celery transport's option.

@@ -6,7 +6,7 @@ A queue is split into kinds by priority, differently per front end: Celery ``mai
 (:mod:`.dramatiq`), Django's task framework ``django:mail:-100`` to ``django:mail:100``
 (:mod:`.django_tasks`). A name selects every task kind of that queue in all three, or of one
 front end when qualified (``dramatiq:mail``, ``django:mail``); dead letters are not the
-queue's tasks (``delayq deadletters`` lists them). A name that is a kind selects it too.
+queue's tasks (``delayq tasks dead-letters`` lists them). A name that is a kind selects it too.
 """
 
 from __future__ import annotations

@@ -76,10 +76,9 @@ TRANSPORT_OPTIONS = Options(
     Option("priority_steps", list(PRIORITY_STEPS), "list of int",
            "Priority buckets, with the Redis transport's meaning: 0 is served first."),
     Option("dead_letter_retention", DEFAULT_RETENTION_S, "seconds",
-           "How long a message rejected without requeue (`Reject(requeue=False)`, an "
-           "unregistered task, a failed `acks_late` task with "
-           "`task_acks_on_failure_or_timeout=False`) is kept as a dead letter of its queue "
-           "([dead letters](../how-to/manage-tasks.md#dead-letters)); 0 deletes it at once.",
+           "How long a message rejected without requeue is kept as a dead letter of its "
+           "queue ([which, and how](../how-to/manage-tasks.md#dead-letters)); 0 deletes it "
+           "at once.",
            shown="604800.0 (7 days)"),
     Option("ensure_schema", True, "bool",
            "On connect, read the migrations ledger (SELECT only) and migrate only when a "
@@ -88,11 +87,11 @@ TRANSPORT_OPTIONS = Options(
     Option("schema_wait", DEFAULT_SCHEMA_WAIT_S, "seconds",
            "How long a `celery worker` waits for delayq's tables before it exits ([a worker "
            "before `delayq migrate`](../how-to/upgrade.md#a-worker-before-delayq-migrate)); 0 "
-           "exits at once. Producers and beat never wait."),
+           "exits at once."),
     Option("durable_publish", False, "bool",
            "True: a publish returns once its row is flushed to disk. False: once committed, "
-           "before the flush: a PostgreSQL crash can lose the publishes of its last ~0.6 s "
-           "(other brokers' modes alike: docs/benchmarks.md#celery)."),
+           "before the flush ([what a crash can lose](../explanation/delivery.md"
+           "#durability-of-a-publish))."),
     Option("durable_acks", False, "bool",
            "True: acks, lease extensions and releases wait for the WAL flush too. False: a "
            "PostgreSQL crash can only bring an acknowledged message back, never lose one."),

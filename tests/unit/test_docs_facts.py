@@ -222,3 +222,25 @@ def test_quoted_intervals_are_the_codes(page: str, sentence: str, value: str) ->
     assert match is not None, f"{page}: no sentence {sentence!r}"
     module, name = value.split(":")
     assert int(match.group(1)) == round(getattr(importlib.import_module(module), name) * 1000)
+
+
+def test_the_crash_window_of_a_publish_is_stated_once() -> None:
+    """What a PostgreSQL crash can lose of non-durable publishes (~0.6 s: 3 × the default
+    ``wal_writer_delay``) is explanation/delivery.md's; option texts and other pages link to it."""
+    window = re.compile(r"0\.6 s")
+    found = [str(p.relative_to(ROOT)) for p in PAGES for _ in window.findall(p.read_text())]
+    assert found == ["docs/explanation/delivery.md"], found
+    assert "3 × `wal_writer_delay`" in (ROOT / "docs/explanation/delivery.md").read_text()
+
+
+@pytest.mark.parametrize("sentence,name", [
+    (r"keeps at most\s+(\d+) ms of the rate", "BURST_MS"),
+    (r"is tried again\s+(\d+) ms later", "RETRY_MS"),
+    (r"among the first\s+(\d+) due tasks", "KEY_WINDOW"),
+])
+def test_limits_page_quotes_the_controls_constants(sentence: str, name: str) -> None:
+    """docs/how-to/limits.md's figures are core/queue/controls.py's."""
+    from delayq_transport.core.queue import controls
+    match = re.search(sentence, (ROOT / "docs/how-to/limits.md").read_text())
+    assert match is not None, f"limits.md: no sentence {sentence!r}"
+    assert int(match.group(1)) == getattr(controls, name)

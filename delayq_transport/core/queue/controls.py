@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 CONTROL_NOTE = "\x1fcontrols"
 #: Without LISTEN (a transaction pooler), consumers read the controls again this often.
 UNHEARD_REFRESH_S = 1.0
-#: A claim a concurrency or key limit held back looks again this much later (ms); a slot
-#: frees when an ack is deleted, which sends no wake-up.
+#: A claim a concurrency or key limit held back looks again this much later (ms), in case no
+#: wake-up of a freed slot reaches it (an ack of a limited row is deleted at once and wakes the
+#: claimers: core/queue/session.py).
 RETRY_MS = 50
 #: Keyed limits choose among this many due rows per claim: a key at its limit lets the others
 #: behind it through, up to this far down the queue.
