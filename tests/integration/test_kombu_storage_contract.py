@@ -237,7 +237,8 @@ def _publishing_pool(kombu_db: str, table: str, since: Any) -> str:
             " WHERE (query ~ ('^(WITH ins AS \\(\\s*)?INSERT INTO ' || %s)"
             "        OR query ~ '^SELECT set_config\\(''synchronous_commit'', ''off'', true\\), "
             "pg_notify')"
-            " AND pid <> pg_backend_pid() AND backend_start >= %s",
+            " AND pid <> pg_backend_pid() AND backend_start >= %s"
+            " AND datname = current_database()",  # not the other tests' (pytest-xdist)
             (f'"{table}"', since)).fetchall()
     names = {name for name, _ in rows}
     assert len(names) == 1, rows
