@@ -149,9 +149,10 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-#: Session fixtures that start something heavy: their users, like a module-scoped fixture's,
-#: stay with their module (one JVM or browser per test file, not one per pytest process).
-HEAVY_SESSIONS = ("spark", "browser")
+#: Session fixtures that start something heavy (Spark's JVM): their users in one tier share a
+#: pytest-xdist process: one at once per tier, as when each tier had a process of its own (three
+#: Spark test files in three processes at once timed out on a loaded machine).
+HEAVY_SESSIONS = ("spark",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
@@ -160,8 +161,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     process, one after another; the others are dealt out one by one. A test marked
     ``xdist_group`` shares a fixed resource with other files (a Redis database number, a count
     of the whole server's sessions); a test that uses a module-scoped fixture (a table of
-    millions of rows) stays with its module, which builds it once, and so does one of a heavy
-    session fixture (HEAVY_SESSIONS). Without xdist the marks change nothing."""
+    millions of rows) stays with its module, which builds it once; the users of a heavy session
+    fixture share one process per tier (HEAVY_SESSIONS). Without xdist the marks change nothing."""
     for item in items:
         if not item.get_closest_marker("xdist_group"):
             _group_by_fixtures(item)
@@ -173,8 +174,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _group_by_fixtures(item: pytest.Item) -> None:
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs if info is not None else {}
-    if any(n in HEAVY_SESSIONS for n in item.fixturenames) or any(
-            d[-1].scope in ("module", "package", "class") for d in defs.values() if d):
+    heavy = [n for n in HEAVY_SESSIONS if n in item.fixturenames]
+    if heavy:
+        item.add_marker(pytest.mark.xdist_group(f"{heavy[0]}-in-{item.path.parent.name}"))
+    elif any(d[-1].scope in ("module", "package", "class") for d in defs.values() if d):
         item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
