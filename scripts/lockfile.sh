@@ -1,5 +1,6 @@
-# Sourced by scripts/test, scripts/check-packaging and scripts/check-compat (from the checkout's
-# root): which dev/test lock (scripts/lock) pins the packages a given Python installs.
+# Sourced by scripts/test, scripts/check-packaging, scripts/check-compat and .ci/run (from the
+# checkout's root): which dev/test lock (scripts/lock) pins the packages a given Python installs,
+# and delayq's wheel for the two checks.
 #
 #   lock_for PYTHON     prints constraints/dev-pyXY.txt for that Python, or nothing when the
 #                       project has no lock for it (then pip resolves the newest releases)
@@ -27,4 +28,14 @@ python_for() {
   if [ -n "$found" ]; then echo "$found"
   elif "python$1" -V >/dev/null 2>&1; then command -v "python$1"
   fi
+}
+
+# delayq_wheel DIR: the path of delayq's wheel (`pip wheel --no-deps`: its own, nothing else):
+# DELAYQ_WHEEL when set (.ci/run builds one for check-packaging and check-compat, which run at
+# once), else one built from the checkout into DIR.
+delayq_wheel() {
+  if [ -n "${DELAYQ_WHEEL:-}" ]; then echo "$DELAYQ_WHEEL"; return; fi
+  "${PYTHON:-python3}" -m pip wheel --no-deps --disable-pip-version-check -q -w "$1" . 2>&1 \
+    | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
+  ls "$1"/delayq-*.whl
 }

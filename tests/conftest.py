@@ -147,3 +147,49 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+#: Session fixtures that start something heavy (Spark's JVM): their users in one tier share a
+#: pytest-xdist process: one at once per tier, as when each tier had a process of its own (three
+#: Spark test files in three processes at once timed out on a loaded machine).
+HEAVY_SESSIONS = ("spark",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for ``pytest -n N --dist loadgroup`` (scripts/test): tests of one group run in one
+    process, one after another; the others are dealt out one by one. A test marked
+    ``xdist_group`` shares a fixed resource with other files (a Redis database number, a count
+    of the whole server's sessions); a test that uses a module-scoped fixture (a table of
+    millions of rows) stays with its module, which builds it once; the users of a heavy session
+    fixture share one process per tier (HEAVY_SESSIONS). Without xdist the marks change nothing."""
+    for item in items:
+        if not item.get_closest_marker("xdist_group"):
+            _group_by_fixtures(item)
+    if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker under --dist loadgroup
+        for item in items:
+            _tell_xdist_the_group(item)
+
+
+def _group_by_fixtures(item: pytest.Item) -> None:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs if info is not None else {}
+    heavy = [n for n in HEAVY_SESSIONS if n in item.fixturenames]
+    if heavy:
+        item.add_marker(pytest.mark.xdist_group(f"{heavy[0]}-in-{item.path.parent.name}"))
+    elif any(d[-1].scope in ("module", "package", "class") for d in defs.values() if d):
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _tell_xdist_the_group(item: pytest.Item) -> None:
+    """pytest-xdist (3.8) tells its scheduler a test's group by renaming the test
+    ``<nodeid>@<group>`` through ``item._nodeid``, which pytest 9.2 no longer reads (a node's id
+    is ``item._id``): without this every group would be dealt out test by test. Renamed here the
+    same way (should pytest-xdist's renaming work again, its scheduler reads the last ``@``)."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None or "@" in item.nodeid.rpartition("]")[2] or not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import NodeId
+
+    name = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+    item._id = NodeId.parse(f"{item.nodeid}@{name}")

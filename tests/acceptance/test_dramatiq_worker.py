@@ -18,6 +18,9 @@ import pytest
 
 HERE = Path(__file__).parent
 REDIS_DB = "12"
+#: Each test flushes that Redis database: one pytest-xdist process runs them one after another
+#: (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("redis-12")
 Runs = list[tuple[str, str, int, str, int, str, int]]
 RUNS_DDL = """CREATE TABLE IF NOT EXISTS dramatiq_runs (
     id BIGSERIAL PRIMARY KEY, actor TEXT, tag TEXT, pid INT, message_id TEXT, retries INT,

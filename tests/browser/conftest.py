@@ -24,8 +24,11 @@ CHROMIUM = os.environ.get("DELAYQ_CHROMIUM") or shutil.which("chromium") or \
     shutil.which("chromium-browser")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for one test module. Not for the session: Playwright's sync API keeps an asyncio
+    loop running in the main thread while it is open, and Django refuses the ORM there
+    (SynchronousOnlyOperation), so tests a pytest-xdist process runs after these would fail."""
     if not CHROMIUM:
         pytest.fail("chromium not found: apt-get install -y chromium (see .ci/run)")
     from playwright.sync_api import sync_playwright

@@ -20,8 +20,10 @@ from playwright.sync_api import expect
 from delayq_transport import DelayedQueue  # noqa: E402
 from delayq_transport.browse.deadletters import DeadLetterService  # noqa: E402
 
-pytestmark = pytest.mark.slow
-REDIS_URL = "redis://127.0.0.1:6379/14"  # a database number no other test uses
+#: Redis database 14, which tests/integration/test_outcomes_and_workers.py flushes too: one
+#: pytest-xdist process runs both (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("redis-14")]
+REDIS_URL = "redis://127.0.0.1:6379/14"
 HERE = Path(__file__).resolve().parent.parent / "acceptance"
 
 

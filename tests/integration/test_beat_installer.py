@@ -149,7 +149,7 @@ def test_config_change_replaces_future_occurrences_and_logs(
     new = {parse_cron_key(k)[1] for k, *_ in rows(base)}
     assert report.replaced == ["e"] and len(old) == len(new) == 1 and old != new
     assert len(rows(base)) == 10
-    assert any("config hash changed" in r.message for r in caplog.records)
+    assert any("config hash changed" in r.getMessage() for r in caplog.records)
 
 
 def test_removal_is_detected_across_restarts(base: DelayedQueue) -> None:

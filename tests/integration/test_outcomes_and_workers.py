@@ -28,7 +28,7 @@ from delayq_transport.dramatiq import DelayqBroker  # noqa: E402
 from delayq_transport.web.app import create_app  # noqa: E402
 from delayq_transport.web.security import WebConfig  # noqa: E402
 
-REDIS_URL = "redis://127.0.0.1:6379/14"
+REDIS_URL = "redis://127.0.0.1:6379/14"  # shared with tests/browser/test_outcomes_pages.py
 
 
 @pytest.fixture
@@ -175,6 +175,7 @@ def test_workers_are_read_from_leases_grouped_by_process_tag(database_url: str) 
         assert leases.worker_tag() in api(q).get("/workers").text
 
 
+@pytest.mark.xdist_group("redis-14")  # flushes it: not beside the browser tests that use it
 def test_celery_outcomes_come_from_the_result_backend(database_url: str) -> None:
     import redis
     from celery import Celery

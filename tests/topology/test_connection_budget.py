@@ -22,7 +22,9 @@ import pytest
 from .clusters import Cluster, wait_for
 from .services import Service, executions, process_env, worker_args
 
-pytestmark = pytest.mark.timeout(180)
+#: alone: the most connections seen at once includes backends whose clients just left, which a
+#: loaded machine keeps longer (30 against the budget of 28 once, beside check-compat).
+pytestmark = [pytest.mark.timeout(180), pytest.mark.alone]
 
 MAX_CONNECTIONS = 40
 WORKERS, CHILDREN = 2, 10

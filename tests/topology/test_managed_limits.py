@@ -29,7 +29,11 @@ from delayq_transport.core.schema.migrations import MIGRATIONS, MIGRATIONS_TABLE
 from .clusters import wait_for
 from .services import Service, executions, process_env, worker_args
 
-pytestmark = pytest.mark.timeout(120)
+#: One pytest-xdist process runs these one after another: a lock wait is counted over every
+#: dq_limited_* session of the server (tests/conftest.py). alone: on 2 busy cores the runtime
+#: operations overran the roles' timeouts.
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("dq-limited-roles"),
+              pytest.mark.alone]
 
 LIMITS = {"statement_timeout": "50ms", "lock_timeout": "10ms",
           "idle_in_transaction_session_timeout": "1s"}

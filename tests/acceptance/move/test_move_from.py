@@ -40,7 +40,9 @@ from .conftest import (
 )
 from .move_app import DEFAULT, REPORTS
 
-pytestmark = pytest.mark.slow
+#: Redis database 9 and RabbitMQ's default vhost (move/conftest.py), which each test empties:
+#: one pytest-xdist process runs the move tests one after another (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("redis-9-rabbitmq")]
 
 DAY = 86_400
 

@@ -44,7 +44,7 @@ from .conftest import (
     table_rows,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("redis-9-rabbitmq")]  # test_move_from.py
 
 KINDS = [k for q in QUEUES for k in kinds_for(q)]
 BATCH = "7"
