@@ -41,8 +41,8 @@ def test_refused_options_are_check_errors_with_their_code(dj_url: str) -> None:
         "?: (delayq.E007) TASKS['default'] OPTIONS POOL_SIZE = '8': expected an int >= 1",
         "?: (delayq.E007) TASKS['default'] OPTIONS: unknown option 'RETRY' (did you mean "
         "'RETRIES'?); the options are DATABASE, TABLE, JOIN_ATOMIC, RETRIES, BACKOFF, "
-        "MAX_BACKOFF, LEASE, RESULT_RETENTION, POLLING_INTERVAL, POOL_SIZE, PERIODIC, "
-        "PERIODIC_SOURCE, PERIODIC_REFRESH"]
+        "MAX_BACKOFF, LEASE, RESULT_RETENTION, DEAD_LETTER_RETENTION, SCHEMA_WAIT, "
+        "POLLING_INTERVAL, POOL_SIZE, PERIODIC, PERIODIC_SOURCE, PERIODIC_REFRESH"]
     assert done.stderr.count(OPTIONS_HINT) == 3
     assert lines[-1] == "System check identified 3 issues (0 silenced)."
 
