@@ -23,12 +23,8 @@ from delayq_transport.core import DatabaseUnavailable, ListenUndeliverable
 from delayq_transport.core.queue import Envelope, Listener
 from delayq_transport.core.queue.announce import MARKER_PREFIX
 from delayq_transport.core.queue.controls import CONTROL_NOTE
-from delayq_transport.core.queue.session import (
-    SKEW_RETRY_S,
-    Session,
-    Subscription,
-    refill,
-)
+from delayq_transport.core.queue.pacing import SKEW_RETRY_S, Subscription, refill
+from delayq_transport.core.queue.session import Session
 
 #: Bounded waits on events; a test that gets there has failed.
 EVENT_WAIT_S = 5.0

@@ -58,6 +58,7 @@ from .options import (
     seconds,
     whole,
 )
+from .pacing import Subscription
 from .publish_buffer import (
     DEFAULT_MAX_PENDING,
     DEFAULT_PUT_TIMEOUT_S,
@@ -65,7 +66,7 @@ from .publish_buffer import (
     PublishBuffer,
     check_linger,
 )
-from .session import Session, Subscription
+from .session import Session
 from .timeutil import due_ms, duration_ms, from_ms, to_ms
 from .types import Envelope, KindStatus, Offer, OfferOutcome, StoredMessage
 from .validate import MAX_KEY_CHARS, MAX_KIND_CHARS, like_escape, validate_key, validate_kind

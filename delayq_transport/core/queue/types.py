@@ -1,12 +1,13 @@
-"""Values that cross the DelayedQueue API: outcomes, envelopes, batch items, status rows."""
+"""Values that cross the DelayedQueue API: outcomes, envelopes, batch items, status rows; and
+the part of that API the consumer session calls (:class:`SessionQueue`)."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .timeutil import from_ms
 
@@ -154,3 +155,34 @@ class TableStats:
             if overlap > 0:
                 frac += per_bucket * overlap / (b - a)
         return round(frac * total)
+
+
+#: A delivery as the queue matches it: an envelope, or its (id, lock).
+Delivery = Envelope | tuple[int, str]
+
+
+class SessionQueue(Protocol):
+    """What the session calls on the queue (:class:`~.delayed_queue.DelayedQueue` has it)."""
+
+    lease_ms: int
+
+    def poll(self, n: int, kinds: Sequence[str] | None = None
+             ) -> tuple[list[Envelope], int | None]: ...
+
+    def ack_many(self, deliveries: Iterable[Delivery]) -> int: ...
+
+    def release(self, deliveries: Iterable[Delivery], delay: float = 0) -> int: ...
+
+    def extend_lease(self, locks: Iterable[str]) -> int: ...
+
+    def lower_watermark(self, kind: str, at_ms: int) -> None: ...
+
+    def reset_watermarks(self) -> None: ...
+
+    def disable_watermarks(self) -> None: ...
+
+    def controls_changed(self, heard: bool | None = None) -> None: ...
+
+    def controlled(self, kinds: Iterable[str]) -> list[str]: ...
+
+    def wake_claimers(self, kinds: Iterable[str]) -> None: ...
