@@ -1,5 +1,5 @@
 """The worker of ``django.tasks`` on delayq (``manage.py delayq_worker``): a thin front end on
-the core's consumer session (core/session.py), as Dramatiq's consumer is.
+the core's consumer session (core/queue/session.py), as Dramatiq's consumer is.
 
 One process holds one :class:`Worker`: one subscription of one session over every kind of its
 queues (highest priority first, across the queues, in one poll), a window of ``threads``

@@ -222,7 +222,8 @@ def test_freed_room_wakes_the_waiter_only_when_it_is_what_it_waits_for(
     for _ in range(8):
         queue.add("a")
     signals: list[int] = []
-    sub = session.subscribe(["a"], window=8, signal=lambda: signals.append(len(sub.held)))
+    sub: Subscription = session.subscribe(["a"], window=8,
+                                          signal=lambda: signals.append(len(sub.held)))
     envs = session.poll(sub)
     signals.clear()
     for env in envs[:5]:
