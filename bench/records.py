@@ -5,9 +5,10 @@
 
 and, from this harness, ``settings`` (what the system row states: its configuration and
 durability), ``params`` (the scenario's sizes) and ``machine``; a failed run has ``error`` and
-no figures. ``revision`` is the short commit measured, ``+dirty`` when the checkout had
-uncommitted changes to anything but the results and the pages they render: the renderer
-refuses those (:func:`is_dirty`), so every published figure names a commit.
+no figures; a run of ``--rev``'s ``git archive`` has ``archive`` (an A/A's sides differ by
+it). ``revision`` is the short commit measured, ``+dirty`` when the checkout had uncommitted
+changes to anything but the results and the pages they render: the renderer refuses those
+(:func:`is_dirty`), so every published figure names a commit.
 """
 
 from __future__ import annotations

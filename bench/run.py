@@ -86,6 +86,8 @@ def measure(scenario: Scenario, entry: Entry, rnd: int, quick: bool, cache: dict
         "command": records.command(), "date": records.now(), "settings": system.settings(),
         "params": {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()},
         "machine": records.machine(admin_url)}
+    if tree is not None:
+        record["archive"] = True
     checkpoint(admin_url)
     started = time.monotonic()
     try:

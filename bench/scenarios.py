@@ -54,6 +54,7 @@ def e2e(ctx: Ctx) -> Figures:
     first send to last run, with each side's CPU per task. A system still running after
     ``limit_s`` is stopped there: its rate is what ran by then (``stopped`` 1)."""
     p = ctx.params
+    limited = limit_sibling(ctx, p["sibling_limit"]) if "sibling_limit" in p else None
     worker = start_worker(ctx, p.get("layout"))
     key, n = ctx.k("e2e"), p["n"]
     notes = NotifyMeter(ctx.url) if p.get("notify") else None
@@ -81,7 +82,23 @@ def e2e(ctx: Ctx) -> Figures:
     out |= {"worker_us": _per_task(worker_s, n), "server_us": _per_task(server_s, n)}
     if notes is not None:
         out["notifications"] = notes.close()
-    return out
+    return out | (limited or {})
+
+
+#: The queue :func:`limit_sibling` limits: no task of the run is of it.
+SIBLING = "bench-limited"
+
+
+def limit_sibling(ctx: Ctx, concurrency: int) -> Figures:
+    """A concurrency limit put on :data:`SIBLING` through the public API of the delayq
+    measured (its schema made first), so that the run's own queue is claimed beside a
+    controlled one (issue 52: free when unused). ``sibling_limit``: the limit set, 0 when that
+    revision has no controls (before issue 52) and nothing was set."""
+    code = ("import json, sys; from delayq_transport import DelayedQueue\n"
+            "q = DelayedQueue(sys.argv[1]); n = int(sys.argv[3]) if hasattr(q, 'limit') else 0\n"
+            "if n: q.limit(sys.argv[2], concurrency=n)\n"
+            "q.close(); print(json.dumps({'sibling_limit': n}))")
+    return _app(ctx, "-c", code, ctx.url or "", SIBLING, str(concurrency), timeout=120)
 
 
 def drain(ctx: Ctx) -> Figures:
@@ -409,6 +426,9 @@ SCENARIOS: tuple[Scenario, ...] = (
               *PGBOUNCER,
               *DRAMATIQ, "dramatiq-postgres", "dramatiq-stub", *DJANGO, *PEERS),
              E2E, {"n": 1_000, "limit_s": 20}),
+    Scenario("e2e-sibling", "end to end, another queue under a concurrency limit", e2e,
+             ("celery-delayq", "dramatiq-delayq", "django-delayq"),
+             {**E2E, "sibling_limit": 3}, {"n": 1_000, "limit_s": 20}),
     Scenario("e2e-threads", "end to end, producers publishing from 8 threads each", e2e,
              (*CELERY, "celery-delayq-durable", "celery-rabbitmq-confirm"),
              {**E2E, "threads": 8}, {"n": 1_000, "limit_s": 20}),
