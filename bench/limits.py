@@ -1,0 +1,252 @@
+"""A concurrency limit of 3, held by delayq and by its peers that have one (issue 52): is it held
+exactly, and what does holding it cost the database?
+
+Each system gets its own fresh database on a throwaway cluster with ``pg_stat_statements``
+preloaded (bench/counted.py's ``cluster``: the shared server does not load it), ``n`` tasks of
+``task_ms`` enqueued first (not measured), then ``workers`` worker processes drain them under a
+limit of 3 on the queue. Each task appends its own start and end (wall clock) to a shared file
+(not the database, so the record costs no statement); from those:
+
+* ``max_running``: the most tasks running at once, as the tasks saw it (the limit is held when
+  it is at most ``limit``; ``limit`` itself shows the slots were used);
+* ``statements`` (and ``round_trips``, ``rows``, ``buffers``, ``wal_bytes``) per task, from the
+  start of the workers to their exit (bench/counted.py's ``Meter``: differences of
+  ``pg_stat_statements`` of that database, and a relay counting round trips);
+* ``wall_s``: from the workers' start to the last task's end (the floor is
+  ``n * task_ms / limit``); timings on the shared 2-core machine are noisy, ``load_1m`` says how
+  loaded it was.
+
+Systems:
+
+* ``delayq``: ``DelayedQueue.limit(kind, concurrency=3)``; each worker process claims one task
+  at a time with ``DelayedQueue.poll(1)``, runs it, acks it and wakes the other claimers (what
+  the Session every front end stands on does), and when held back waits until the ``retry_at``
+  the poll returned (at most 50 ms);
+* ``pgqueuer``: PgQueuer 1.6, ``@qm.entrypoint(..., concurrency_limit=3)`` ("enforced at the
+  database level across all workers"), each process a ``QueueManager.run(mode=drain)`` at its
+  defaults (``batch_size=10``). Needs ``pgqueuer`` importable (a venv with
+  ``pip install pgqueuer==1.6.0`` and ``--system-site-packages``).
+
+    PYTHONPATH=$PWD python bench/limits.py              # both, 300 tasks of 50 ms, 4 workers
+    PYTHONPATH=$PWD python bench/limits.py --systems delayq --n 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from counted import Meter, Relay, cluster  # noqa: E402
+from records import machine, now, revision, save  # noqa: E402
+
+KIND = "limited"
+LIMIT = 3
+#: The longest a held-back delayq worker waits before claiming again (the core's RETRY_MS).
+MAX_WAIT_S = 0.05
+
+
+def record_run(log: str, start: float, end: float) -> None:
+    """One task's start and end, appended in one write (atomic under O_APPEND)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{start:.6f} {end:.6f}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def runs_of(log: str) -> list[tuple[float, float]]:
+    if not os.path.exists(log):
+        return []
+    with open(log) as f:
+        return [(float(a), float(b)) for a, b in (line.split() for line in f if line.strip())]
+
+
+def max_overlap(runs: list[tuple[float, float]]) -> int:
+    """The most runs open at once (an end at the same instant as a start comes first)."""
+    events = sorted([(s, 1) for s, _ in runs] + [(e, -1) for _, e in runs])
+    best = running = 0
+    for _, step in events:
+        running += step
+        best = max(best, running)
+    return best
+
+
+# -- delayq ----------------------------------------------------------------------------------
+
+
+def delayq_setup(url: str, n: int) -> None:
+    from delayq_transport import DelayedQueue
+
+    with DelayedQueue(url, kind=KIND) as q:  # migrates the fresh database
+        q.offer_batch([(f"t{i}", b"{}", None) for i in range(n)])
+        q.limit(KIND, concurrency=LIMIT)
+
+
+def delayq_worker(url: str, log: str, n: int, task_s: float) -> None:
+    """Claim one at a time until the log holds ``n`` runs."""
+    from delayq_transport import DelayedQueue
+
+    with DelayedQueue(url, kind=KIND, ensure_schema=False, pool_max_size=1) as q:
+        while len(runs_of(log)) < n:
+            envs, retry_at = q.poll(1)
+            if not envs:
+                wait = MAX_WAIT_S if retry_at is None else retry_at / 1000 - time.time()
+                time.sleep(min(max(wait, 0.001), MAX_WAIT_S))
+                continue
+            for env in envs:
+                start = time.time()
+                time.sleep(task_s)
+                record_run(log, start, time.time())
+                q.ack(env)
+            q.wake_claimers(q.controlled([KIND]))
+
+
+# -- PgQueuer --------------------------------------------------------------------------------
+
+
+def pgqueuer_setup(url: str, n: int) -> None:
+    from pgqueuer import PsycopgDriver, Queries
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            queries = Queries(PsycopgDriver(conn))
+            await queries.install()
+            await queries.enqueue([KIND] * n, [b"{}"] * n, [0] * n)
+
+    asyncio.run(main())
+
+
+def pgqueuer_worker(url: str, log: str, n: int, task_s: float) -> None:
+    from pgqueuer import PsycopgDriver, Queries, QueueManager
+    from pgqueuer.domain.types import QueueExecutionMode
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            qm = QueueManager(Queries(PsycopgDriver(conn)))
+
+            @qm.entrypoint(KIND, concurrency_limit=LIMIT)
+            async def limited(job: Any) -> None:
+                start = time.time()
+                await asyncio.sleep(task_s)
+                record_run(log, start, time.time())
+
+            await qm.run(mode=QueueExecutionMode.drain)
+
+    asyncio.run(main())
+
+
+Worker = Callable[[str, str, int, float], None]
+SYSTEMS: dict[str, tuple[str, Callable[[str, int], None], Worker, str]] = {
+    "delayq": ("delayq", delayq_setup, delayq_worker,
+               "DelayedQueue.limit(queue, concurrency=3); each worker process polls 1 at a "
+               "time, acks each task and wakes the claimers; held back, it waits for the "
+               "poll's retry_at (at most 50 ms)"),
+    "pgqueuer": ("PgQueuer 1.6", pgqueuer_setup, pgqueuer_worker,
+                 "@qm.entrypoint(concurrency_limit=3), each process "
+                 "QueueManager.run(mode=drain) at its defaults (batch_size=10)"),
+}
+
+
+def measure(system: str, port: int, relay: Relay, n: int, task_ms: int, workers: int,
+            folder: Path) -> dict[str, Any]:
+    """One system in its own fresh database: its figures."""
+    _, setup, worker, _ = SYSTEMS[system]
+    dbname = f"limits_{system}"
+    admin = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}"')
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    url = f"postgresql://postgres@127.0.0.1:{relay.port}/{dbname}?sslmode=disable"
+    setup(url, n)
+    log = str(folder / f"{system}.runs")
+    meter = Meter(port, relay, dbname, names={"": ""})
+    figures: dict[str, Any] = {}
+    spawn = multiprocessing.get_context("spawn")
+    with meter.measure(n, figures):
+        began = time.time()
+        procs = [spawn.Process(target=worker, args=(url, log, n, task_ms / 1000),
+                               name=f"{system}-{i}") for i in range(workers)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=max(120.0, 20 * n * task_ms / 1000 / LIMIT))
+        stuck = [p for p in procs if p.is_alive()]
+        for p in stuck:
+            p.terminate()
+            p.join(10)
+    meter.conn.close()
+    runs = runs_of(log)
+    figures.pop("by_statement", None)
+    figures.pop("tasks", None)
+    figures.update(
+        max_running=max_overlap(runs), limit=LIMIT, tasks_run=len(runs),
+        wall_s=round(max((e for _, e in runs), default=began) - began, 3),
+        floor_s=round(n * task_ms / 1000 / LIMIT, 3), load_1m=round(os.getloadavg()[0], 2),
+        workers_stuck=len(stuck))
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--n", type=int, default=300, help="tasks (default 300)")
+    parser.add_argument("--task-ms", type=int, default=50, help="each task's run (default 50)")
+    parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
+    parser.add_argument("--no-save", action="store_true", help="print only")
+    args = parser.parse_args()
+    shown = "python bench/limits.py " + " ".join(sys.argv[1:])
+    records = []
+    import tempfile
+
+    with cluster() as port, tempfile.TemporaryDirectory(prefix="delayq-limits-") as tmp:
+        relay = Relay(port)
+        about = machine(f"postgresql://postgres@127.0.0.1:{port}/postgres")
+        for system in args.systems:
+            title, _, _, config = SYSTEMS[system]
+            record: dict[str, Any] = {
+                "system": system, "scenario": f"concurrency limit {LIMIT}",
+                "revision": revision(), "round": 1, "command": shown.strip(), "date": now(),
+                "settings": {"title": title, "config": config},
+                "params": {"n": args.n, "task_ms": args.task_ms, "workers": args.workers,
+                           "limit": LIMIT},
+                "machine": about}
+            try:
+                record["figures"] = measure(system, port, relay, args.n, args.task_ms,
+                                            args.workers, Path(tmp))
+            except Exception as exc:  # a peer that fails is a row saying why, not a crash
+                record["error"] = f"{type(exc).__name__}: {exc}"
+            records.append(record)
+    print(table(records))
+    if not args.no_save:
+        print(f"wrote {save('limits', records)}")
+    return 0
+
+
+COLUMNS = ("max_running", "limit", "tasks_run", "statements", "round_trips", "rows", "buffers",
+           "wal_bytes", "wall_s", "floor_s", "load_1m")
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    lines = ["| system | " + " | ".join(COLUMNS) + " |",
+             "| --- |" + " ---: |" * len(COLUMNS)]
+    for r in records:
+        cells = (["error: " + r["error"]] if "error" in r else
+                 [json.dumps(r["figures"].get(c)) for c in COLUMNS])
+        lines.append(f"| {r['settings']['title']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
