@@ -22,19 +22,31 @@ Systems:
   at a time with ``DelayedQueue.poll(1)``, runs it, acks it and wakes the other claimers (what
   the Session every front end stands on does), and when held back waits until the ``retry_at``
   the poll returned (at most 50 ms);
-* ``pgqueuer``: PgQueuer 1.6, ``@qm.entrypoint(..., concurrency_limit=3)`` ("enforced at the
+* ``pgqueuer``: PgQueuer 1.6, ``@qm.entrypoint(..., concurrency_limit=N)`` ("enforced at the
   database level across all workers"), each process a ``QueueManager.run(mode=drain)`` at its
-  defaults (``batch_size=10``). Needs ``pgqueuer`` importable (a venv with
-  ``pip install pgqueuer==1.6.0`` and ``--system-site-packages``).
+  defaults on its psycopg driver, whose LISTEN reader holds the one connection up to 1 s at a
+  time; ``pgqueuer-asyncpg`` the same on its asyncpg driver;
+* ``procrastinate-lock``: Procrastinate 3.10 has no concurrency limit but N = 1: jobs deferred
+  with the same ``lock`` run one at a time (its ``queueing_lock`` refuses a second *waiting*
+  job, a limit on the queue's length, not on running). Only with ``--limit 1``; at its
+  defaults (a poll every 5 s: a job's end wakes no one) and with 50 ms polls
+  (``procrastinate-lock-poll``).
 
-    PYTHONPATH=$PWD python bench/limits.py              # both, 300 tasks of 50 ms, 4 workers
-    PYTHONPATH=$PWD python bench/limits.py --systems delayq --n 100
+Peers need their packages importable: a venv with ``--system-site-packages`` and
+``pip install pgqueuer==1.6.0 asyncpg 'procrastinate==3.10.*'``. django-ox needs Python 3.12
+and is not here.
+
+    PYTHONPATH=$PWD python bench/limits.py --systems delayq pgqueuer pgqueuer-asyncpg
+    PYTHONPATH=$PWD python bench/limits.py --limit 1 --systems delayq procrastinate-lock \
+        procrastinate-lock-poll
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import json
 import multiprocessing
 import os
@@ -51,7 +63,6 @@ from counted import Meter, Relay, cluster  # noqa: E402
 from records import machine, now, revision, save  # noqa: E402
 
 KIND = "limited"
-LIMIT = 3
 #: The longest a held-back delayq worker waits before claiming again (the core's RETRY_MS).
 MAX_WAIT_S = 0.05
 
@@ -85,15 +96,15 @@ def max_overlap(runs: list[tuple[float, float]]) -> int:
 # -- delayq ----------------------------------------------------------------------------------
 
 
-def delayq_setup(url: str, n: int) -> None:
+def delayq_setup(url: str, n: int, limit: int) -> None:
     from delayq_transport import DelayedQueue
 
     with DelayedQueue(url, kind=KIND) as q:  # migrates the fresh database
         q.offer_batch([(f"t{i}", b"{}", None) for i in range(n)])
-        q.limit(KIND, concurrency=LIMIT)
+        q.limit(KIND, concurrency=limit)
 
 
-def delayq_worker(url: str, log: str, n: int, task_s: float) -> None:
+def delayq_worker(url: str, log: str, n: int, task_s: float, limit: int) -> None:
     """Claim one at a time until the log holds ``n`` runs."""
     from delayq_transport import DelayedQueue
 
@@ -115,7 +126,7 @@ def delayq_worker(url: str, log: str, n: int, task_s: float) -> None:
 # -- PgQueuer --------------------------------------------------------------------------------
 
 
-def pgqueuer_setup(url: str, n: int) -> None:
+def pgqueuer_setup(url: str, n: int, limit: int) -> None:
     from pgqueuer import PsycopgDriver, Queries
 
     async def main() -> None:
@@ -127,27 +138,92 @@ def pgqueuer_setup(url: str, n: int) -> None:
     asyncio.run(main())
 
 
-def pgqueuer_worker(url: str, log: str, n: int, task_s: float) -> None:
-    from pgqueuer import PsycopgDriver, Queries, QueueManager
+def pgqueuer_worker(url: str, log: str, n: int, task_s: float, limit: int,
+                    driver: str = "psycopg") -> None:
+    """A ``QueueManager`` in drain mode: exits once the queue is empty and its tasks done."""
+    from pgqueuer import Queries, QueueManager
     from pgqueuer.domain.types import QueueExecutionMode
 
+    async def run(qm: Any) -> None:
+        @qm.entrypoint(KIND, concurrency_limit=limit)
+        async def limited(job: Any) -> None:
+            start = time.time()
+            await asyncio.sleep(task_s)
+            record_run(log, start, time.time())
+
+        await qm.run(mode=QueueExecutionMode.drain)
+
     async def main() -> None:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            qm = QueueManager(Queries(PsycopgDriver(conn)))
+        if driver == "asyncpg":
+            import asyncpg
+            from pgqueuer import AsyncpgDriver
 
-            @qm.entrypoint(KIND, concurrency_limit=LIMIT)
-            async def limited(job: Any) -> None:
-                start = time.time()
-                await asyncio.sleep(task_s)
-                record_run(log, start, time.time())
+            conn = await asyncpg.connect(url)
+            try:
+                await run(QueueManager(Queries(AsyncpgDriver(conn))))
+            finally:
+                await conn.close()
+            return
+        from pgqueuer import PsycopgDriver
 
-            await qm.run(mode=QueueExecutionMode.drain)
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+            await run(QueueManager(Queries(PsycopgDriver(aconn))))
 
     asyncio.run(main())
 
 
-Worker = Callable[[str, str, int, float], None]
-SYSTEMS: dict[str, tuple[str, Callable[[str, int], None], Worker, str]] = {
+# -- Procrastinate ---------------------------------------------------------------------------
+
+
+def _procrastinate_app(url: str, log: str = "", task_s: float = 0.0) -> Any:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+    @app.task(name=KIND, queue=KIND)
+    async def limited() -> None:
+        start = time.time()
+        await asyncio.sleep(task_s)
+        record_run(log, start, time.time())
+
+    return app, limited
+
+
+def procrastinate_setup(url: str, n: int, limit: int) -> None:
+    """Every job under one ``lock``: Procrastinate runs the jobs of a lock one at a time."""
+    if limit != 1:
+        raise ValueError("Procrastinate's lock holds 1 at a time: run it with --limit 1")
+
+    async def main() -> None:
+        app, limited = _procrastinate_app(url)
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+            for _ in range(n):
+                await limited.configure(lock=KIND).defer_async()
+
+    asyncio.run(main())
+
+
+def procrastinate_worker(url: str, log: str, n: int, task_s: float, limit: int,
+                         poll_s: float | None = None) -> None:
+    options = {} if poll_s is None else {"fetch_job_polling_interval": poll_s}
+
+    async def main() -> None:
+        app, _ = _procrastinate_app(url, log, task_s)
+        async with app.open_async():
+            worker = asyncio.create_task(app.run_worker_async(queues=[KIND], concurrency=3,
+                                                              **options))
+            while len(runs_of(log)) < n and not worker.done():  # the file, not the database
+                await asyncio.sleep(0.05)
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+
+    asyncio.run(main())
+
+
+Worker = Callable[[str, str, int, float, int], None]
+SYSTEMS: dict[str, tuple[str, Callable[[str, int, int], None], Worker, str]] = {
     "delayq": ("delayq", delayq_setup, delayq_worker,
                "DelayedQueue.limit(queue, concurrency=3); each worker process polls 1 at a "
                "time, acks each task and wakes the claimers; held back, it waits for the "
@@ -155,11 +231,23 @@ SYSTEMS: dict[str, tuple[str, Callable[[str, int], None], Worker, str]] = {
     "pgqueuer": ("PgQueuer 1.6", pgqueuer_setup, pgqueuer_worker,
                  "@qm.entrypoint(concurrency_limit=3), each process "
                  "QueueManager.run(mode=drain) at its defaults (batch_size=10)"),
+    "pgqueuer-asyncpg": ("PgQueuer 1.6, asyncpg", pgqueuer_setup,
+                         functools.partial(pgqueuer_worker, driver="asyncpg"),
+                         "as pgqueuer, on its AsyncpgDriver (the psycopg driver's LISTEN "
+                         "reader holds the one connection up to 1 s at a time)"),
+    "procrastinate-lock": ("Procrastinate 3.10, lock", procrastinate_setup, procrastinate_worker,
+                           "every job deferred with the same lock (one at a time: a limit of "
+                           "1); each process run_worker_async(concurrency=3) at its defaults "
+                           "(a poll every 5 s), cancelled once every task ran"),
+    "procrastinate-lock-poll": ("Procrastinate 3.10, lock, 50 ms polls", procrastinate_setup,
+                                functools.partial(procrastinate_worker, poll_s=0.05),
+                                "as procrastinate-lock, fetch_job_polling_interval=0.05: a "
+                                "job's end wakes no worker, the next poll finds the lock free"),
 }
 
 
 def measure(system: str, port: int, relay: Relay, n: int, task_ms: int, workers: int,
-            folder: Path) -> dict[str, Any]:
+            limit: int, folder: Path) -> dict[str, Any]:
     """One system in its own fresh database: its figures."""
     _, setup, worker, _ = SYSTEMS[system]
     dbname = f"limits_{system}"
@@ -169,19 +257,19 @@ def measure(system: str, port: int, relay: Relay, n: int, task_ms: int, workers:
         conn.execute(f'CREATE DATABASE "{dbname}"')
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     url = f"postgresql://postgres@127.0.0.1:{relay.port}/{dbname}?sslmode=disable"
-    setup(url, n)
+    setup(url, n, limit)
     log = str(folder / f"{system}.runs")
     meter = Meter(port, relay, dbname, names={"": ""})
     figures: dict[str, Any] = {}
     spawn = multiprocessing.get_context("spawn")
     with meter.measure(n, figures):
         began = time.time()
-        procs = [spawn.Process(target=worker, args=(url, log, n, task_ms / 1000),
+        procs = [spawn.Process(target=worker, args=(url, log, n, task_ms / 1000, limit),
                                name=f"{system}-{i}") for i in range(workers)]
         for p in procs:
             p.start()
         for p in procs:
-            p.join(timeout=max(120.0, 20 * n * task_ms / 1000 / LIMIT))
+            p.join(timeout=max(120.0, 20 * n * task_ms / 1000 / limit))
         stuck = [p for p in procs if p.is_alive()]
         for p in stuck:
             p.terminate()
@@ -191,19 +279,20 @@ def measure(system: str, port: int, relay: Relay, n: int, task_ms: int, workers:
     figures.pop("by_statement", None)
     figures.pop("tasks", None)
     figures.update(
-        max_running=max_overlap(runs), limit=LIMIT, tasks_run=len(runs),
+        max_running=max_overlap(runs), limit=limit, tasks_run=len(runs),
         wall_s=round(max((e for _, e in runs), default=began) - began, 3),
-        floor_s=round(n * task_ms / 1000 / LIMIT, 3), load_1m=round(os.getloadavg()[0], 2),
+        floor_s=round(n * task_ms / 1000 / limit, 3), load_1m=round(os.getloadavg()[0], 2),
         workers_stuck=len(stuck))
     return figures
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="+", default=["delayq"], choices=list(SYSTEMS))
     parser.add_argument("--n", type=int, default=300, help="tasks (default 300)")
     parser.add_argument("--task-ms", type=int, default=50, help="each task's run (default 50)")
     parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
+    parser.add_argument("--limit", type=int, default=3, help="the limit (default 3)")
     parser.add_argument("--no-save", action="store_true", help="print only")
     args = parser.parse_args()
     shown = "python bench/limits.py " + " ".join(sys.argv[1:])
@@ -216,15 +305,15 @@ def main() -> int:
         for system in args.systems:
             title, _, _, config = SYSTEMS[system]
             record: dict[str, Any] = {
-                "system": system, "scenario": f"concurrency limit {LIMIT}",
+                "system": system, "scenario": f"concurrency limit {args.limit}",
                 "revision": revision(), "round": 1, "command": shown.strip(), "date": now(),
                 "settings": {"title": title, "config": config},
                 "params": {"n": args.n, "task_ms": args.task_ms, "workers": args.workers,
-                           "limit": LIMIT},
+                           "limit": args.limit},
                 "machine": about}
             try:
                 record["figures"] = measure(system, port, relay, args.n, args.task_ms,
-                                            args.workers, Path(tmp))
+                                            args.workers, args.limit, Path(tmp))
             except Exception as exc:  # a peer that fails is a row saying why, not a crash
                 record["error"] = f"{type(exc).__name__}: {exc}"
             records.append(record)
