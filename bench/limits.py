@@ -1,44 +1,28 @@
-"""A concurrency limit of 3, held by delayq and by its peers that have one (issue 52): is it held
-exactly, and what does holding it cost the database?
+"""A concurrency limit held by delayq and by the peers that have one (issue 52): is it held
+exactly, and what does holding it cost the database? Each system gets a fresh database on
+bench/counted.py's throwaway cluster (``pg_stat_statements`` preloaded), ``n`` tasks of
+``task_ms`` enqueued first (not measured), then ``workers`` processes drain them under the limit.
+Each task appends its start and end to a file (not the database: the record costs no statement).
+Figures: ``max_running`` (the most tasks running at once, as the tasks saw it: held when at
+most ``limit``), per task ``statements``, ``round_trips``, ``rows``, ``buffers``, ``wal_bytes``
+(counted.py's ``Meter``, workers' start to exit), ``wall_s`` (to the last task's end; the floor
+is ``n * task_ms / limit``; noisy on a shared machine: ``load_1m``).
 
-Each system gets its own fresh database on a throwaway cluster with ``pg_stat_statements``
-preloaded (bench/counted.py's ``cluster``: the shared server does not load it), ``n`` tasks of
-``task_ms`` enqueued first (not measured), then ``workers`` worker processes drain them under a
-limit of 3 on the queue. Each task appends its own start and end (wall clock) to a shared file
-(not the database, so the record costs no statement); from those:
+* ``delayq``: ``DelayedQueue.limit(kind, concurrency=N)``; each process polls 1 at a time, acks
+  and wakes the claimers (as the Session does), held back waits for ``retry_at`` (<= 50 ms);
+* ``pgqueuer``: PgQueuer 1.6, ``@qm.entrypoint(concurrency_limit=N)`` (enforced in SQL across
+  workers), ``QueueManager.run(mode=drain)`` at its defaults on its psycopg driver, whose LISTEN
+  reader holds the one connection up to 1 s at a time; ``pgqueuer-asyncpg`` on asyncpg;
+* ``procrastinate-lock``: Procrastinate 3.10 limits running only to 1, as jobs of one ``lock``
+  (its ``queueing_lock`` caps *waiting* jobs); ``--limit 1`` only; at its defaults (a poll every
+  5 s) and with 50 ms polls (``procrastinate-lock-poll``).
 
-* ``max_running``: the most tasks running at once, as the tasks saw it (the limit is held when
-  it is at most ``limit``; ``limit`` itself shows the slots were used);
-* ``statements`` (and ``round_trips``, ``rows``, ``buffers``, ``wal_bytes``) per task, from the
-  start of the workers to their exit (bench/counted.py's ``Meter``: differences of
-  ``pg_stat_statements`` of that database, and a relay counting round trips);
-* ``wall_s``: from the workers' start to the last task's end (the floor is
-  ``n * task_ms / limit``); timings on the shared 2-core machine are noisy, ``load_1m`` says how
-  loaded it was.
-
-Systems:
-
-* ``delayq``: ``DelayedQueue.limit(kind, concurrency=3)``; each worker process claims one task
-  at a time with ``DelayedQueue.poll(1)``, runs it, acks it and wakes the other claimers (what
-  the Session every front end stands on does), and when held back waits until the ``retry_at``
-  the poll returned (at most 50 ms);
-* ``pgqueuer``: PgQueuer 1.6, ``@qm.entrypoint(..., concurrency_limit=N)`` ("enforced at the
-  database level across all workers"), each process a ``QueueManager.run(mode=drain)`` at its
-  defaults on its psycopg driver, whose LISTEN reader holds the one connection up to 1 s at a
-  time; ``pgqueuer-asyncpg`` the same on its asyncpg driver;
-* ``procrastinate-lock``: Procrastinate 3.10 has no concurrency limit but N = 1: jobs deferred
-  with the same ``lock`` run one at a time (its ``queueing_lock`` refuses a second *waiting*
-  job, a limit on the queue's length, not on running). Only with ``--limit 1``; at its
-  defaults (a poll every 5 s: a job's end wakes no one) and with 50 ms polls
-  (``procrastinate-lock-poll``).
-
-Peers need their packages importable: a venv with ``--system-site-packages`` and
-``pip install pgqueuer==1.6.0 asyncpg 'procrastinate==3.10.*'``. django-ox needs Python 3.12
-and is not here.
+Peers need a venv with ``--system-site-packages`` and ``pip install pgqueuer==1.6.0 asyncpg
+'procrastinate==3.10.*'``; django-ox (Python 3.12) is not here.
 
     PYTHONPATH=$PWD python bench/limits.py --systems delayq pgqueuer pgqueuer-asyncpg
-    PYTHONPATH=$PWD python bench/limits.py --limit 1 --systems delayq procrastinate-lock \
-        procrastinate-lock-poll
+    PYTHONPATH=$PWD python bench/limits.py --limit 1 --n 100 --systems delayq \
+        procrastinate-lock procrastinate-lock-poll
 """
 
 from __future__ import annotations
@@ -51,6 +35,7 @@ import json
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -68,7 +53,7 @@ MAX_WAIT_S = 0.05
 
 
 def record_run(log: str, start: float, end: float) -> None:
-    """One task's start and end, appended in one write (atomic under O_APPEND)."""
+    """One task's start and end in one write (atomic under O_APPEND)."""
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, f"{start:.6f} {end:.6f}\n".encode())
@@ -224,25 +209,15 @@ def procrastinate_worker(url: str, log: str, n: int, task_s: float, limit: int,
 
 Worker = Callable[[str, str, int, float, int], None]
 SYSTEMS: dict[str, tuple[str, Callable[[str, int, int], None], Worker, str]] = {
-    "delayq": ("delayq", delayq_setup, delayq_worker,
-               "DelayedQueue.limit(queue, concurrency=3); each worker process polls 1 at a "
-               "time, acks each task and wakes the claimers; held back, it waits for the "
-               "poll's retry_at (at most 50 ms)"),
-    "pgqueuer": ("PgQueuer 1.6", pgqueuer_setup, pgqueuer_worker,
-                 "@qm.entrypoint(concurrency_limit=3), each process "
-                 "QueueManager.run(mode=drain) at its defaults (batch_size=10)"),
+    "delayq": ("delayq", delayq_setup, delayq_worker, "poll(1), ack, wake the claimers"),
+    "pgqueuer": ("PgQueuer 1.6", pgqueuer_setup, pgqueuer_worker, "psycopg driver, defaults"),
     "pgqueuer-asyncpg": ("PgQueuer 1.6, asyncpg", pgqueuer_setup,
-                         functools.partial(pgqueuer_worker, driver="asyncpg"),
-                         "as pgqueuer, on its AsyncpgDriver (the psycopg driver's LISTEN "
-                         "reader holds the one connection up to 1 s at a time)"),
+                         functools.partial(pgqueuer_worker, driver="asyncpg"), "asyncpg driver"),
     "procrastinate-lock": ("Procrastinate 3.10, lock", procrastinate_setup, procrastinate_worker,
-                           "every job deferred with the same lock (one at a time: a limit of "
-                           "1); each process run_worker_async(concurrency=3) at its defaults "
-                           "(a poll every 5 s), cancelled once every task ran"),
+                           "one lock, concurrency=3 a process, defaults (5 s polls)"),
     "procrastinate-lock-poll": ("Procrastinate 3.10, lock, 50 ms polls", procrastinate_setup,
                                 functools.partial(procrastinate_worker, poll_s=0.05),
-                                "as procrastinate-lock, fetch_job_polling_interval=0.05: a "
-                                "job's end wakes no worker, the next poll finds the lock free"),
+                                "one lock, fetch_job_polling_interval=0.05"),
 }
 
 
@@ -269,7 +244,7 @@ def measure(system: str, port: int, relay: Relay, n: int, task_ms: int, workers:
         for p in procs:
             p.start()
         for p in procs:
-            p.join(timeout=max(120.0, 20 * n * task_ms / 1000 / limit))
+            p.join(timeout=max(600.0, 20 * n * task_ms / 1000 / limit))
         stuck = [p for p in procs if p.is_alive()]
         for p in stuck:
             p.terminate()
@@ -297,8 +272,6 @@ def main() -> int:
     args = parser.parse_args()
     shown = "python bench/limits.py " + " ".join(sys.argv[1:])
     records = []
-    import tempfile
-
     with cluster() as port, tempfile.TemporaryDirectory(prefix="delayq-limits-") as tmp:
         relay = Relay(port)
         about = machine(f"postgresql://postgres@127.0.0.1:{port}/postgres")
