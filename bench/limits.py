@@ -54,18 +54,13 @@ MAX_WAIT_S = 0.05
 
 def record_run(log: str, start: float, end: float) -> None:
     """One task's start and end in one write (atomic under O_APPEND)."""
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{start:.6f} {end:.6f}\n".encode())
-    finally:
-        os.close(fd)
+    with open(log, "a") as f:
+        f.write(f"{start:.6f} {end:.6f}\n")
 
 
 def runs_of(log: str) -> list[tuple[float, float]]:
-    if not os.path.exists(log):
-        return []
-    with open(log) as f:
-        return [(float(a), float(b)) for a, b in (line.split() for line in f if line.strip())]
+    text = Path(log).read_text() if os.path.exists(log) else ""
+    return [(float(a), float(b)) for a, b in (line.split() for line in text.splitlines())]
 
 
 def max_overlap(runs: list[tuple[float, float]]) -> int:
@@ -76,9 +71,6 @@ def max_overlap(runs: list[tuple[float, float]]) -> int:
         running += step
         best = max(best, running)
     return best
-
-
-# -- delayq ----------------------------------------------------------------------------------
 
 
 def delayq_setup(url: str, n: int, limit: int) -> None:
@@ -106,9 +98,6 @@ def delayq_worker(url: str, log: str, n: int, task_s: float, limit: int) -> None
                 record_run(log, start, time.time())
                 q.ack(env)
             q.wake_claimers(q.controlled([KIND]))
-
-
-# -- PgQueuer --------------------------------------------------------------------------------
 
 
 def pgqueuer_setup(url: str, n: int, limit: int) -> None:
@@ -144,20 +133,14 @@ def pgqueuer_worker(url: str, log: str, n: int, task_s: float, limit: int,
             from pgqueuer import AsyncpgDriver
 
             conn = await asyncpg.connect(url)
-            try:
-                await run(QueueManager(Queries(AsyncpgDriver(conn))))
-            finally:
-                await conn.close()
-            return
+            await run(QueueManager(Queries(AsyncpgDriver(conn))))
+            return await conn.close()
         from pgqueuer import PsycopgDriver
 
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
             await run(QueueManager(Queries(PsycopgDriver(aconn))))
 
     asyncio.run(main())
-
-
-# -- Procrastinate ---------------------------------------------------------------------------
 
 
 def _procrastinate_app(url: str, log: str = "", task_s: float = 0.0) -> Any:
@@ -245,19 +228,18 @@ def measure(system: str, port: int, relay: Relay, n: int, task_ms: int, workers:
             p.start()
         for p in procs:
             p.join(timeout=max(600.0, 20 * n * task_ms / 1000 / limit))
-        stuck = [p for p in procs if p.is_alive()]
-        for p in stuck:
-            p.terminate()
-            p.join(10)
+            if p.is_alive():  # stuck: counted in workers_failed
+                p.terminate()
+                p.join(10)
     meter.conn.close()
     runs = runs_of(log)
-    figures.pop("by_statement", None)
-    figures.pop("tasks", None)
+    for extra in ("by_statement", "tasks"):
+        figures.pop(extra, None)
     figures.update(
         max_running=max_overlap(runs), limit=limit, tasks_run=len(runs),
         wall_s=round(max((e for _, e in runs), default=began) - began, 3),
         floor_s=round(n * task_ms / 1000 / limit, 3), load_1m=round(os.getloadavg()[0], 2),
-        workers_stuck=len(stuck))
+        workers_failed=sum(p.exitcode != 0 for p in procs))
     return figures
 
 
