@@ -75,6 +75,7 @@ def task_row(url: str, name: str) -> tuple[bool, int, Any]:
                             "django_celery_beat_periodictask WHERE name = %s", (name,)).fetchone()
 
 
+@pytest.mark.alone  # edits must land within one refresh: load beside it stretched one past it
 def test_admin_edits_take_effect_within_a_refresh_exactly_once_with_two_beats(
         beat_env: dict[str, str], processes: Any, database_url: str) -> None:
     env = beat_env

@@ -118,7 +118,8 @@ def test_metrics_endpoint_reports_the_holder_over_http(
     # Every declared metric (docs/reference/metrics.md is rendered from METRICS) is served,
     # and nothing undeclared is; each sample carries its metric's declared labels.
     names = {key.split("{", 1)[0] for key in samples}
-    assert names | {"delayq_relation_bloat_ratio"} == set(METRICS)  # no bloat before ANALYZE
+    # no bloat before ANALYZE, no dead letter kept here
+    assert names | {"delayq_relation_bloat_ratio", "delayq_dead_letters"} == set(METRICS)
     for key in samples:
         name, labels = key.split("{", 1)
         assert sorted(json.loads("{" + labels)) == sorted(METRICS[name][0]), key
