@@ -115,6 +115,7 @@ def one(url: str, query: str, *params: Any) -> Any:
         return conn.execute(query, params).fetchone()
 
 
+@pytest.mark.alone  # its 28-s countdown must outlast the steps before the old worker stops
 def test_switch_then_rollback(envs: tuple[dict[str, str], dict[str, str]], start: Any,
                               database_url: str, tmp_path: Path) -> None:
     old, new = envs

@@ -105,16 +105,16 @@ def test_delayq_health_exit_status_says_what_a_monitor_needs(empty_url: str) -> 
     backlog = next(c for c in report["checks"] if c["name"] == "backlog")
     assert not backlog["ok"] and backlog["figures"]["due"] == 1  # the backend's queue only
     assert backlog["figures"]["oldest_due_age_s"] >= 20
-    assert manage(empty_url, "delayq_health", "--max-due-age", "60").returncode == 0
-    failing = manage(empty_url, "delayq_health", "--max-due-age", "60", "--max-failed", "1")
+    assert manage(empty_url, "delayq_health", "--max-due-age", "600").returncode == 0
+    failing = manage(empty_url, "delayq_health", "--max-due-age", "600", "--max-failed", "1")
     assert failing.returncode == 1 and "FAIL failures: 2+ failed in the last 3600 s" \
         in failing.stdout
     capture("health-failures", f"{HERE}::test_delayq_health_exit_status_says_what_a_monitor_needs",
-            command="python manage.py delayq_health --max-due-age 60 --max-failed 1",
+            command="python manage.py delayq_health --max-due-age 600 --max-failed 1",
             output=re.sub(r"waiting [\d.]+ s", "waiting 25.9 s",  # the test's own wait
                           failing.stdout + failing.stderr), exit_status=failing.returncode,
             replace={empty_url.rsplit("/", 1)[-1]: "shop"})
-    assert manage(empty_url, "delayq_health", "--max-due-age", "60", "--max-failed",
+    assert manage(empty_url, "delayq_health", "--max-due-age", "600", "--max-failed",
                   "2").returncode == 0
     # The database down is unhealthy, said in one line; bad arguments are a usage error.
     down = manage("postgresql://postgres@127.0.0.1:1/nothing", "delayq_health")

@@ -87,9 +87,9 @@ def test_a_row_that_is_not_a_task_is_a_dead_letter_listed_then_expired(
     worker = start_worker(DJANGO_TASKS_OPTIONS=json.dumps({"DEAD_LETTER_RETENTION": 3}))
     with DelayedQueue(dj_url, kind=kind_of("default", 0), ensure_schema=False) as queue:
         queue.offer("not-a-task", b"[1, 2]")
-    [letter] = wait_until(lambda: listed(dj_url, "django.tasks"), "a dead letter", 30)
+    [letter] = wait_until(lambda: listed(dj_url, "django.tasks"), "a dead letter", 90)
     assert (letter["kind"], letter["actor"]) == ("django.XQ", None)
-    wait_until(lambda: not listed(dj_url, "django.tasks"), "the dead letter expired", 30)
+    wait_until(lambda: not listed(dj_url, "django.tasks"), "the dead letter expired", 90)
     assert left() == [("bystander", "due-now"), ("dramatiq:kept.XQ", "kept-a-day")]
     assert "moved to kind django.XQ, kept 3 s" in worker.log()
 
