@@ -123,8 +123,12 @@ def test_admin_edits_take_effect_within_a_refresh_exactly_once_with_two_beats(
     assert len({t[1] for t in runs}) == len(runs)  # each occurrence once, with two beats
     assert len({t[2] for t in runs}) == len(runs)
     for label in ("pulse", "pulse2"):  # every 2 s from its anchor (the edit moved it)
-        ats = [t[2] for t in runs if t[0] == label]
-        assert ats and {at % 2000 for at in ats} == {ats[0] % 2000}
+        ats = sorted(t[2] for t in runs if t[0] == label)
+        # The edit switches at one instant: an occurrence of the old anchor already installed
+        # past that instant may run once with the new arguments before the new anchor's
+        # (seen once in three CI runs; each occurrence still runs once). From then on, one anchor.
+        after = ats[1:] if label == "pulse2" else ats
+        assert ats and {at % 2000 for at in after} == {ats[-1] % 2000}, ats
     assert [t[0] for t in ticks(database_url)].count("once") == 1
     enabled, count, last_run_at = task_row(database_url, "pulse")
     # The admin's disable clears last_run_at (as django-celery-beat's does); the count stays.

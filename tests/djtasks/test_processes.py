@@ -84,14 +84,16 @@ def test_a_row_that_is_not_a_task_is_a_dead_letter_listed_then_expired(
     from delayq_transport.formats.django_tasks import kind_of
 
     left = bystanders(dj_url)
-    worker = start_worker(DJANGO_TASKS_OPTIONS=json.dumps({"DEAD_LETTER_RETENTION": 3}))
+    # 15 s: long enough that a listing (a `delayq` process, seconds on a loaded machine) sees
+    # the letter before the expiry (as often as the retention) deletes it.
+    worker = start_worker(DJANGO_TASKS_OPTIONS=json.dumps({"DEAD_LETTER_RETENTION": 15}))
     with DelayedQueue(dj_url, kind=kind_of("default", 0), ensure_schema=False) as queue:
         queue.offer("not-a-task", b"[1, 2]")
     [letter] = wait_until(lambda: listed(dj_url, "django.tasks"), "a dead letter", 90)
     assert (letter["kind"], letter["actor"]) == ("django.XQ", None)
     wait_until(lambda: not listed(dj_url, "django.tasks"), "the dead letter expired", 90)
     assert left() == [("bystander", "due-now"), ("dramatiq:kept.XQ", "kept-a-day")]
-    assert "moved to kind django.XQ, kept 3 s" in worker.log()
+    assert "moved to kind django.XQ, kept 15 s" in worker.log()
 
 
 def test_a_worker_waits_for_delayq_migrate_then_runs_tasks(tmp_path: Path) -> None:
