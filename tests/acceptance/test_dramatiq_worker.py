@@ -201,13 +201,13 @@ def test_a_dead_letter_is_listed_then_expired_by_the_worker(
     from _dead_letters import bystanders, listed
 
     left = bystanders(database_url)
-    start_worker("--processes", "1", "--threads", "1", env={"DELAYQ_DEAD_TTL_MS": "3000"})
+    start_worker("--processes", "1", "--threads", "1", env={"DELAYQ_DEAD_TTL_MS": "15000"})
     sent = app.broken.send("x")  # type: ignore[attr-defined]
     [letter] = wait_until(lambda: listed(database_url, "dramatiq"), 30, "a dead letter")
     assert (letter["queue"], letter["actor"], letter["message_id"]) == (
         "default", "broken", sent.message_id)
     assert letter["exception"] == "ValueError: broken x"
-    wait_until(lambda: not listed(database_url, "dramatiq"), 30, "the dead letter expired")
+    wait_until(lambda: not listed(database_url, "dramatiq"), 90, "the dead letter expired")
     assert left() == [("bystander", "due-now"), ("dramatiq:kept.XQ", "kept-a-day")]
 
 
